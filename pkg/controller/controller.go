@@ -1,0 +1,554 @@
+// Package controller runs the sidecar's reconcile loop: it watches the PVCs and PVs of one CSI
+// driver, asks pkg/resize what to do with each PVC, and carries the plan out: status patches
+// through pkg/status, the driver call through pkg/csi, events and metrics.
+//
+// The controller decides nothing itself. Whatever it keeps in memory (the resourceVersions of
+// its own writes, retry timers, whether an attempt was a recovery) is a cache or bookkeeping for
+// metrics; every decision about sizes and states is re-derived from the PVC, so a restarted
+// resizer makes the decision the crashed one would have made.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kubernetes-csi/csi-lib-utils/slowset"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/features"
+	"github.com/csi-resizer/csi-resizer/pkg/inuse"
+	"github.com/csi-resizer/csi-resizer/pkg/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
+	"github.com/csi-resizer/csi-resizer/pkg/status"
+)
+
+// Event reasons on the PVC.
+const (
+	EventResizeSuccessful   = "VolumeResizeSuccessful"
+	EventResizeRecovered    = "VolumeResizeRecovered"
+	EventFileSystemRequired = "FileSystemResizeRequired"
+	EventResizeFailed       = "VolumeResizeFailed"
+)
+
+// Config is everything the controller needs from outside.
+type Config struct {
+	Driver   csi.Driver
+	Expander csi.Expander
+	// Client is used for secrets of controller-expand and the lazy pod informer; writes go
+	// through Writer.
+	Client   kubernetes.Interface
+	Writer   status.Writer
+	Recorder record.EventRecorder
+	Metrics  *metrics.Recorder
+	Clock    clock.WithTicker
+
+	RetryIntervalStart time.Duration
+	RetryIntervalMax   time.Duration
+	// HandleVolumeInUse enables the in-use check for offline expansion (rule 9).
+	HandleVolumeInUse bool
+	// Legacy is RecoverVolumeExpansionFailure=false.
+	Legacy bool
+	// AnnotateFsResize writes the pre-resize capacity annotation on the PV.
+	AnnotateFsResize bool
+}
+
+// Controller reconciles the PVCs of one driver.
+type Controller struct {
+	cfg       Config
+	pvcLister corelisters.PersistentVolumeClaimLister
+	pvLister  corelisters.PersistentVolumeLister
+	synced    []cache.InformerSynced
+	queue     workqueue.TypedRateLimitingInterface[string]
+	slow      *slowset.SlowSet
+	pods      *inuse.Tracker
+
+	mu     sync.Mutex
+	claims map[string]*claimMemory
+}
+
+// claimMemory is what the controller remembers about one PVC between syncs. It is dropped when
+// the PVC is deleted (rule 10), and losing it in a restart changes no decision.
+type claimMemory struct {
+	// ownVersion is the resourceVersion of the controller's last write to the PVC, so the
+	// update event of that write is not processed again.
+	ownVersion string
+	// since is when the current expansion was first seen, for the duration histogram.
+	since time.Time
+	// failureObserved: the histogram already has this expansion's failure.
+	failureObserved bool
+	// recovery: the attempt under way lowers the allocated size; counted once when it ends.
+	recovery bool
+	// inUseFailure: the driver said FAILED_PRECONDITION, so wait for pods to let go.
+	inUseFailure bool
+	// inUseReported: the "in use" event was sent for this wait already.
+	inUseReported bool
+}
+
+// New wires the controller to its informers.
+func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs coreinformers.PersistentVolumeInformer) *Controller {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	c := &Controller{
+		cfg:       cfg,
+		pvcLister: pvcs.Lister(),
+		pvLister:  pvs.Lister(),
+		synced:    []cache.InformerSynced{pvcs.Informer().HasSynced, pvs.Informer().HasSynced},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-resizer", Clock: cfg.Clock}),
+		slow:   slowset.NewSlowSet(cfg.RetryIntervalMax),
+		claims: map[string]*claimMemory{},
+	}
+	_, _ = pvcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.claimAdded,
+		UpdateFunc: c.claimUpdated,
+		DeleteFunc: c.claimDeleted,
+	})
+	_, _ = pvs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.volumeAdded,
+		UpdateFunc: c.volumeUpdated,
+	})
+	return c
+}
+
+// Run processes PVCs with the given number of workers until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	c.pods = inuse.New(ctx, c.cfg.Client, func(keys []string) {
+		for _, k := range keys {
+			c.queue.Add(k)
+		}
+	})
+	if !cache.WaitForNamedCacheSync("csi-resizer", ctx.Done(), c.synced...) {
+		return errors.New("informer caches did not sync")
+	}
+	if c.cfg.HandleVolumeInUse && c.cfg.Driver.OfflineOnly {
+		// The driver declares offline-only expansion: every expansion needs the check.
+		if err := c.pods.Start(ctx); err != nil {
+			return err
+		}
+	}
+	go c.slow.Run(ctx.Done())
+	logger.Info("Starting workers", "driver", c.cfg.Driver.Name, "workers", workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.work, time.Second) })
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// ClaimStates lists the driver's PVCs from the informer cache, for the scrape-time gauges.
+func (c *Controller) ClaimStates() []metrics.ClaimState {
+	pvcs, err := c.pvcLister.List(labelsEverything)
+	if err != nil {
+		return nil
+	}
+	out := make([]metrics.ClaimState, 0, len(pvcs))
+	for _, pvc := range pvcs {
+		if _, ok := c.volumeOf(pvc); !ok {
+			continue
+		}
+		out = append(out, metrics.ClaimState{Namespace: pvc.Namespace, Name: pvc.Name, State: pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]})
+	}
+	return out
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	next, err := c.sync(ctx, key)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Resize attempt failed; retrying with backoff", "pvc", key)
+		c.queue.AddRateLimited(key)
+	case next > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, next)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+// sync reconciles one PVC. It returns an error for a retry with backoff, or a delay after which
+// the PVC must be looked at again (the slow retry of an infeasible expansion).
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0, nil
+	}
+	pvc, err := c.pvcLister.PersistentVolumeClaims(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forget(key)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	pv, ok := c.volumeOf(pvc)
+	if !ok {
+		return 0, nil
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(pvc), "pv", klog.KObj(pv))
+	ctx = klog.NewContext(ctx, logger)
+
+	obs := resize.Observe(pvc, pv, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
+	plan := resize.PlanExpansion(obs)
+	logger.V(4).Info("Planned", "action", plan.Action, "target", plan.Target.String(), "recovery", plan.Recovery, "why", plan.Why)
+	if plan.Action == resize.Nothing {
+		c.endEpisodeIfDone(key, pvc)
+		return 0, nil
+	}
+	if wait := c.slowRetryWait(key, pvc, obs); wait > 0 {
+		logger.V(4).Info("Infeasible expansion: waiting for the slow retry or a new request", "wait", wait)
+		return wait, nil
+	}
+	c.remember(key, func(m *claimMemory) {
+		if m.since.IsZero() {
+			m.since = c.startTime(pvc)
+		}
+	})
+	switch plan.Action {
+	case resize.RedriveNode:
+		return 0, c.redriveNode(ctx, key, pvc, plan)
+	case resize.ExpandNodeOnly:
+		return 0, c.expandNodeOnly(ctx, key, pvc, pv, plan)
+	default:
+		return c.expandController(ctx, key, pvc, pv, plan)
+	}
+}
+
+// volumeOf returns the PV of a bound PVC when the PV belongs to this driver and its claimRef
+// points back at this very PVC (rule 1).
+func (c *Controller) volumeOf(pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolume, bool) {
+	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != v1.ClaimBound {
+		return nil, false
+	}
+	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
+	if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.Driver.Name {
+		return nil, false
+	}
+	ref := pv.Spec.ClaimRef
+	if ref == nil || ref.Namespace != pvc.Namespace || ref.Name != pvc.Name || (ref.UID != "" && ref.UID != pvc.UID) {
+		return nil, false
+	}
+	return pv, true
+}
+
+// slowRetryWait says how long an infeasible PVC must still wait (rule 8): the slow retry counts
+// from the last failed attempt, taken from memory or, after a restart, from the PVC's condition.
+// A request changed by the user (spec differs from what failed) goes at once.
+func (c *Controller) slowRetryWait(key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed) time.Duration {
+	infeasible := obs.State == v1.PersistentVolumeClaimControllerResizeInfeasible || obs.State == v1.PersistentVolumeClaimNodeResizeInfeasible
+	if c.cfg.Legacy {
+		infeasible = obs.LastError == resize.ClassInfeasible
+	}
+	if !infeasible {
+		c.slow.Remove(key)
+		return 0
+	}
+	if !c.cfg.Legacy && obs.State == v1.PersistentVolumeClaimControllerResizeInfeasible && (obs.Alloc == nil || obs.Alloc.Cmp(obs.Spec) != 0) {
+		c.slow.Remove(key)
+		return 0
+	}
+	if _, ok := c.slow.Get(key); !ok {
+		last, ok := lastFailure(pvc, obs.State)
+		if !ok {
+			// A failure we have no record of: retry now, and start counting from it.
+			return 0
+		}
+		c.slow.Add(key, slowset.ObjectData{Timestamp: last})
+	}
+	return c.slow.TimeRemaining(key)
+}
+
+// lastFailure is when the failure behind an infeasible state happened, according to the PVC.
+func lastFailure(pvc *v1.PersistentVolumeClaim, state v1.ClaimResourceStatus) (time.Time, bool) {
+	want := v1.PersistentVolumeClaimControllerResizeError
+	if state == v1.PersistentVolumeClaimNodeResizeInfeasible {
+		want = v1.PersistentVolumeClaimNodeResizeError
+	}
+	for _, cond := range pvc.Status.Conditions {
+		if cond.Type == want {
+			t := cond.LastProbeTime.Time
+			if cond.LastTransitionTime.After(t) {
+				t = cond.LastTransitionTime.Time
+			}
+			return t, !t.IsZero()
+		}
+	}
+	return time.Time{}, false
+}
+
+// markSlow starts the slow retry window of an infeasible PVC now.
+func (c *Controller) markSlow(key string) {
+	c.slow.Remove(key)
+	c.slow.Add(key, slowset.ObjectData{Timestamp: c.cfg.Clock.Now()})
+}
+
+func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan resize.Plan) (time.Duration, error) {
+	logger := klog.FromContext(ctx)
+	if waiting, err := c.waitForPods(ctx, key, pvc); err != nil || waiting {
+		return 0, err
+	}
+	req, err := c.expandRequest(ctx, pv, plan.Target)
+	if err != nil {
+		c.cfg.Recorder.Event(pvc, v1.EventTypeWarning, EventResizeFailed, err.Error())
+		return 0, err
+	}
+	// Rule 3: record the target before calling the driver, guarded by resourceVersion so a
+	// decision taken on a stale PVC is never written.
+	started := resize.StartedStatus(pvc.Status, plan, c.cfg.Legacy, c.now())
+	written, err := c.writeStatus(ctx, key, pvc, started, true)
+	if err != nil {
+		return 0, err
+	}
+	if plan.Recovery {
+		c.remember(key, func(m *claimMemory) { m.recovery = true })
+	}
+
+	logger.V(2).Info("Calling ControllerExpandVolume", "volumeID", req.VolumeID, "requiredBytes", req.RequiredBytes)
+	res, callErr := c.cfg.Expander.Expand(ctx, req)
+	if callErr != nil {
+		return c.expansionFailed(ctx, key, written, plan, callErr)
+	}
+
+	newSize := *resource.NewQuantity(res.CapacityBytes, resource.BinarySI)
+	if newSize.Cmp(plan.Target) == 0 {
+		newSize = plan.Target.DeepCopy() // keep the user's notation (e.g. "2Gi")
+	}
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, res.NodeExpansionRequired)); err != nil {
+		// The volume did grow: the next attempt keeps the allocated size (state is still
+		// ControllerResizeInProgress with no final error) and the driver call is idempotent.
+		return 0, err
+	}
+	done := resize.ExpandedStatus(written.Status, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, c.now())
+	if _, err := c.writeStatus(ctx, key, written, done, false); err != nil {
+		return 0, err
+	}
+	c.expansionSucceeded(key, pvc, plan, newSize, res.NodeExpansionRequired)
+	return 0, nil
+}
+
+// expansionFailed records a failed ControllerExpandVolume (rule 6) and says when to retry.
+func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan, callErr error) (time.Duration, error) {
+	ce := resize.ClassifyError(callErr)
+	c.cfg.Metrics.ExpandError(ce.Reason, string(ce.Class))
+	failed := resize.FailedStatus(pvc.Status, ce, c.cfg.Legacy, c.now())
+	if _, err := c.writeStatus(ctx, key, pvc, failed, false); err != nil {
+		return 0, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err)
+	}
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed, "expanding the volume to %s failed (%s, %s): %s", plan.Target.String(), ce.Reason, ce.Class, ce.Message)
+
+	m := c.memory(key)
+	if ce.Class.IsFinal() && m.recovery {
+		c.cfg.Metrics.Recovery(false)
+		c.remember(key, func(m *claimMemory) { m.recovery = false })
+	}
+	if ce.Class == resize.ClassInfeasible {
+		if !m.failureObserved && !m.since.IsZero() {
+			c.cfg.Metrics.ExpansionDone(false, c.cfg.Clock.Since(m.since))
+			c.remember(key, func(m *claimMemory) { m.failureObserved = true })
+		}
+		// Rule 8: the slow retry starts at this, the first infeasible failure.
+		c.markSlow(key)
+		return c.cfg.RetryIntervalMax, nil
+	}
+	if ce.Reason == "FailedPrecondition" && c.cfg.HandleVolumeInUse {
+		// Rule 9: likely an offline-only driver and a pod still using the volume.
+		c.remember(key, func(m *claimMemory) { m.inUseFailure = true })
+		if err := c.pods.Start(ctx); err != nil {
+			return 0, err
+		}
+		if c.pods.InUse(pvc.Namespace, pvc.Name) {
+			klog.FromContext(ctx).Info("Volume in use by a pod and the driver needs it offline: waiting for the pod to go")
+			return 0, nil
+		}
+	}
+	return 0, fmt.Errorf("ControllerExpandVolume (%s): %w", ce.Class, callErr)
+}
+
+// waitForPods reports whether the expansion must wait because a pod uses a volume that can
+// only be expanded offline. The pod watcher tells the queue when the pod goes.
+func (c *Controller) waitForPods(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim) (bool, error) {
+	if !c.cfg.HandleVolumeInUse {
+		return false, nil
+	}
+	m := c.memory(key)
+	if !c.cfg.Driver.OfflineOnly && !m.inUseFailure {
+		return false, nil
+	}
+	if err := c.pods.Start(ctx); err != nil {
+		return false, err
+	}
+	if !c.pods.InUse(pvc.Namespace, pvc.Name) {
+		c.remember(key, func(m *claimMemory) { m.inUseReported = false })
+		return false, nil
+	}
+	if !m.inUseReported {
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed,
+			"CSI driver %s can only expand volumes that no pod uses; the expansion waits until the pods using this claim are gone", c.cfg.Driver.Name)
+		c.remember(key, func(m *claimMemory) { m.inUseReported = true })
+	}
+	return true, nil
+}
+
+func (c *Controller) expansionSucceeded(key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan, newSize resource.Quantity, nodeRequired bool) {
+	m := c.memory(key)
+	took := time.Duration(0)
+	if !m.since.IsZero() {
+		took = c.cfg.Clock.Since(m.since).Round(time.Millisecond)
+	}
+	old := pvc.Status.Capacity[v1.ResourceStorage]
+	switch {
+	case nodeRequired:
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventFileSystemRequired,
+			"the volume was expanded to %s in the control plane; waiting for the node to expand the file system", newSize.String())
+	case m.recovery:
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeRecovered,
+			"recovered from a failed expansion: volume expanded from %s to %s in %s", old.String(), newSize.String(), took)
+	default:
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeSuccessful,
+			"volume expanded from %s to %s in %s", old.String(), newSize.String(), took)
+	}
+	if m.recovery {
+		c.cfg.Metrics.Recovery(true)
+	}
+	if !m.since.IsZero() {
+		c.cfg.Metrics.ExpansionDone(true, took)
+	}
+	c.remember(key, func(m *claimMemory) {
+		m.recovery, m.since, m.failureObserved, m.inUseFailure, m.inUseReported = false, time.Time{}, false, false, false
+	})
+	c.slow.Remove(key)
+}
+
+// expandNodeOnly handles a driver without controller expansion: no CSI call, the PV capacity
+// is set (lowered only in the KEP-1790 Case 2 recovery) and the node takes over.
+func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan resize.Plan) error {
+	// The PV first: the kubelet acts only once the PVC says NodeResizePending, and then it
+	// must find the new capacity on the PV.
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, plan.Target, c.preResizeAnnotation(pv, true)); err != nil {
+		return err
+	}
+	if plan.Recovery {
+		c.remember(key, func(m *claimMemory) { m.recovery = true })
+	}
+	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, true, c.cfg.Legacy, c.now())
+	if _, err := c.writeStatus(ctx, key, pvc, done, true); err != nil {
+		return err
+	}
+	c.expansionSucceeded(key, pvc, plan, plan.Target, true)
+	return nil
+}
+
+// redriveNode puts a PVC whose node expansion failed back in the node's hands.
+func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan) error {
+	st := resize.RedrivenStatus(pvc.Status, plan, c.now())
+	if _, err := c.writeStatus(ctx, key, pvc, st, true); err != nil {
+		return err
+	}
+	c.markSlow(key)
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventFileSystemRequired,
+		"the node failed to expand the volume, which already has %s in the control plane; asking the node to retry", plan.Target.String())
+	return nil
+}
+
+// writeStatus patches the PVC status, counts the state transition and remembers the written
+// version so its update event is not processed again.
+func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus, guard bool) (*v1.PersistentVolumeClaim, error) {
+	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, guard)
+	if err != nil {
+		return nil, err
+	}
+	if out != pvc {
+		from := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]
+		to := st.AllocatedResourceStatuses[v1.ResourceStorage]
+		c.cfg.Metrics.Transition(from, to)
+		c.remember(key, func(m *claimMemory) { m.ownVersion = out.ResourceVersion })
+	}
+	return out, nil
+}
+
+func (c *Controller) expandRequest(ctx context.Context, pv *v1.PersistentVolume, size resource.Quantity) (csi.ExpandRequest, error) {
+	capability, err := csi.VolumeCapability(pv, c.cfg.Driver.SingleNodeMultiWriter)
+	if err != nil {
+		return csi.ExpandRequest{}, err
+	}
+	req := csi.ExpandRequest{VolumeID: pv.Spec.CSI.VolumeHandle, RequiredBytes: size.Value(), Capability: capability}
+	if ref := pv.Spec.CSI.ControllerExpandSecretRef; ref != nil {
+		secret, err := c.cfg.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return req, fmt.Errorf("reading the controller-expand secret %s/%s of PV %s: %w", ref.Namespace, ref.Name, pv.Name, err)
+		}
+		req.Secrets = make(map[string]string, len(secret.Data))
+		for k, v := range secret.Data {
+			req.Secrets[k] = string(v)
+		}
+	}
+	return req, nil
+}
+
+func (c *Controller) preResizeAnnotation(pv *v1.PersistentVolume, nodeRequired bool) map[string]string {
+	if !c.cfg.AnnotateFsResize || !nodeRequired {
+		return nil
+	}
+	cur := pv.Spec.Capacity[v1.ResourceStorage]
+	return map[string]string{features.AnnPreResizeCapacity: cur.String()}
+}
+
+// startTime is when the expansion began: remembered, or after a restart the Resizing
+// condition's transition time.
+func (c *Controller) startTime(pvc *v1.PersistentVolumeClaim) time.Time {
+	for _, cond := range pvc.Status.Conditions {
+		if cond.Type == v1.PersistentVolumeClaimResizing && !cond.LastTransitionTime.IsZero() {
+			return cond.LastTransitionTime.Time
+		}
+	}
+	return c.cfg.Clock.Now()
+}
+
+// endEpisodeIfDone forgets the timing of an expansion that finished without this resizer
+// seeing the end (e.g. the node completed it).
+func (c *Controller) endEpisodeIfDone(key string, pvc *v1.PersistentVolumeClaim) {
+	if pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] != "" {
+		return
+	}
+	c.remember(key, func(m *claimMemory) { m.since, m.failureObserved, m.recovery = time.Time{}, false, false })
+	c.slow.Remove(key)
+}
+
+func (c *Controller) now() metav1.Time {
+	return metav1.NewTime(c.cfg.Clock.Now().Truncate(time.Second))
+}

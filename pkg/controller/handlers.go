@@ -1,0 +1,142 @@
+package controller
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+)
+
+var labelsEverything = labels.Everything()
+
+// needsWork is the cheap pre-filter of informer events: a PVC asks for more than it has, or is
+// in the middle of a resize.
+func needsWork(pvc *v1.PersistentVolumeClaim) bool {
+	if pvc.Spec.VolumeName == "" {
+		return false
+	}
+	if pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] != "" {
+		return true
+	}
+	spec := pvc.Spec.Resources.Requests[v1.ResourceStorage]
+	capacity := pvc.Status.Capacity[v1.ResourceStorage]
+	return spec.Cmp(capacity) > 0
+}
+
+func (c *Controller) claimAdded(obj any) {
+	pvc, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok || !needsWork(pvc) {
+		return
+	}
+	c.enqueue(pvc)
+}
+
+func (c *Controller) claimUpdated(oldObj, newObj any) {
+	oldPVC, ok1 := oldObj.(*v1.PersistentVolumeClaim)
+	pvc, ok2 := newObj.(*v1.PersistentVolumeClaim)
+	if !ok1 || !ok2 {
+		return
+	}
+	key, _ := cache.MetaNamespaceKeyFunc(pvc)
+	// The echo of the controller's own status write carries nothing new: processing it again
+	// is how upstream ends up calling the driver twice for one failure.
+	if oldPVC.ResourceVersion != pvc.ResourceVersion && c.isOwnWrite(key, pvc.ResourceVersion) {
+		return
+	}
+	if !needsWork(pvc) {
+		return
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) claimDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	pvc, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	key, _ := cache.MetaNamespaceKeyFunc(pvc)
+	c.forget(key)
+}
+
+// volumeAdded catches PVCs that were seen before their PV reached the cache.
+func (c *Controller) volumeAdded(obj any) {
+	if pv, ok := obj.(*v1.PersistentVolume); ok {
+		c.enqueueClaimOf(pv)
+	}
+}
+
+// volumeUpdated reacts to binding only: capacity changes on the PV are the controller's own.
+func (c *Controller) volumeUpdated(oldObj, newObj any) {
+	oldPV, ok1 := oldObj.(*v1.PersistentVolume)
+	pv, ok2 := newObj.(*v1.PersistentVolume)
+	if !ok1 || !ok2 || oldPV.Spec.ClaimRef != nil || pv.Spec.ClaimRef == nil {
+		return
+	}
+	c.enqueueClaimOf(pv)
+}
+
+func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume) {
+	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.Driver.Name || pv.Spec.ClaimRef == nil {
+		return
+	}
+	ref := pv.Spec.ClaimRef
+	pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
+	if err != nil || !needsWork(pvc) {
+		return
+	}
+	c.enqueue(pvc)
+}
+
+func (c *Controller) enqueue(pvc *v1.PersistentVolumeClaim) {
+	if key, err := cache.MetaNamespaceKeyFunc(pvc); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+func (c *Controller) isOwnWrite(key, resourceVersion string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.claims[key]
+	return ok && m.ownVersion == resourceVersion
+}
+
+// memory returns a copy of what is remembered about a PVC.
+func (c *Controller) memory(key string) claimMemory {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, ok := c.claims[key]; ok {
+		return *m
+	}
+	return claimMemory{}
+}
+
+// remember updates what is remembered about a PVC.
+func (c *Controller) remember(key string, update func(*claimMemory)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.claims[key]
+	if !ok {
+		m = &claimMemory{}
+		c.claims[key] = m
+	}
+	update(m)
+}
+
+// forget drops everything remembered about a deleted PVC (rule 10).
+func (c *Controller) forget(key string) {
+	c.mu.Lock()
+	delete(c.claims, key)
+	c.mu.Unlock()
+	c.slow.Remove(key)
+}
+
+// Remembered reports whether the controller holds per-PVC memory for key (tests use it to
+// check rule 10).
+func (c *Controller) Remembered(key string) bool {
+	c.mu.Lock()
+	_, ok := c.claims[key]
+	c.mu.Unlock()
+	return ok || c.slow.Contains(key)
+}

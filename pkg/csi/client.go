@@ -1,0 +1,192 @@
+// Package csi is the resizer's only door to the CSI driver: it connects to the driver's unix
+// socket, reads the driver's identity and capabilities once at start-up, and turns a PV into a
+// ControllerExpandVolume call. It decides nothing about the state machine.
+package csi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/accessmodes"
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/kubernetes-csi/csi-lib-utils/rpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// Driver is what the handshake learnt about the driver. It is read once: a driver's capabilities
+// do not change while its socket stays up, and re-reading them before every expansion (as
+// upstream does) doubles the CSI calls.
+type Driver struct {
+	Name string
+	// ControllerExpand: controller EXPAND_VOLUME; ControllerExpandVolume is called.
+	ControllerExpand bool
+	// NodeExpand: the driver expands on the node (plugin VolumeExpansion capability or node
+	// EXPAND_VOLUME). Alone, without ControllerExpand, it makes a "node-only" driver.
+	NodeExpand bool
+	// OfflineOnly: the plugin declares VolumeExpansion OFFLINE: the volume must not be in use
+	// by a pod while it is expanded.
+	OfflineOnly bool
+	// SingleNodeMultiWriter: the controller understands the SINGLE_NODE_*_WRITER access modes.
+	SingleNodeMultiWriter bool
+}
+
+// NodeOnly reports whether the driver expands only on the node, so the control plane part is
+// bookkeeping with no CSI call.
+func (d Driver) NodeOnly() bool { return !d.ControllerExpand && d.NodeExpand }
+
+// ErrNoExpansion is returned by Handshake for a driver that cannot expand volumes at all.
+var ErrNoExpansion = errors.New("no expansion capability")
+
+// Connect dials the driver's socket. It fails when no connection is made within timeout, and
+// exits the process when an established connection is lost: the driver restarted and may have
+// lost its own state, and the cached capabilities may be stale (the same policy as upstream).
+func Connect(ctx context.Context, address string, timeout time.Duration, mm csimetrics.CSIMetricsManager) (*grpc.ClientConn, error) {
+	conn, err := connection.Connect(ctx, address, mm,
+		connection.WithTimeout(timeout),
+		connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
+	if err != nil {
+		return nil, fmt.Errorf("no CSI driver answered on %s within %s (is the driver running and the socket volume mounted?): %w", address, timeout, err)
+	}
+	return conn, nil
+}
+
+// Handshake waits for the driver to be ready and reads its identity and capabilities.
+func Handshake(ctx context.Context, conn *grpc.ClientConn, timeout time.Duration) (Driver, error) {
+	var d Driver
+	if err := rpc.ProbeForever(ctx, conn, timeout); err != nil {
+		return d, fmt.Errorf("probing the CSI driver: %w", err)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	name, err := rpc.GetDriverName(callCtx, conn)
+	if err != nil {
+		return d, fmt.Errorf("GetPluginInfo: %w", err)
+	}
+	d.Name = name
+
+	pluginCaps, err := csi.NewIdentityClient(conn).GetPluginCapabilities(callCtx, &csi.GetPluginCapabilitiesRequest{})
+	if err != nil {
+		return d, fmt.Errorf("GetPluginCapabilities of driver %s: %w", name, err)
+	}
+	hasControllerService := false
+	for _, c := range pluginCaps.GetCapabilities() {
+		if s := c.GetService(); s != nil && s.GetType() == csi.PluginCapability_Service_CONTROLLER_SERVICE {
+			hasControllerService = true
+		}
+		if ve := c.GetVolumeExpansion(); ve != nil {
+			switch ve.GetType() {
+			case csi.PluginCapability_VolumeExpansion_ONLINE:
+				d.NodeExpand = true
+			case csi.PluginCapability_VolumeExpansion_OFFLINE:
+				d.NodeExpand, d.OfflineOnly = true, true
+			}
+		}
+	}
+	if hasControllerService {
+		ctrlCaps, err := rpc.GetControllerCapabilities(callCtx, conn)
+		if err != nil {
+			return d, fmt.Errorf("ControllerGetCapabilities of driver %s: %w", name, err)
+		}
+		d.ControllerExpand = ctrlCaps[csi.ControllerServiceCapability_RPC_EXPAND_VOLUME]
+		d.SingleNodeMultiWriter = ctrlCaps[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER]
+	}
+	if !d.ControllerExpand {
+		// A controller socket often serves the node service too (one binary); ask it, and
+		// treat "not implemented" as "no".
+		nodeCaps, err := csi.NewNodeClient(conn).NodeGetCapabilities(callCtx, &csi.NodeGetCapabilitiesRequest{})
+		if err == nil {
+			for _, c := range nodeCaps.GetCapabilities() {
+				if r := c.GetRpc(); r != nil && r.GetType() == csi.NodeServiceCapability_RPC_EXPAND_VOLUME {
+					d.NodeExpand = true
+				}
+			}
+		} else if status.Code(err) != codes.Unimplemented {
+			klog.FromContext(ctx).V(2).Info("NodeGetCapabilities failed; assuming no node expansion", "driver", name, "err", err)
+		}
+	}
+	if !d.ControllerExpand && !d.NodeExpand {
+		return d, fmt.Errorf("CSI driver %s has neither the controller EXPAND_VOLUME capability nor a node/plugin VolumeExpansion capability: %w", name, ErrNoExpansion)
+	}
+	return d, nil
+}
+
+// ExpandRequest is one ControllerExpandVolume call.
+type ExpandRequest struct {
+	VolumeID      string
+	RequiredBytes int64
+	Capability    *csi.VolumeCapability
+	// Secrets are the controller-expand secrets. Never logged: csi-lib-utils' gRPC logging
+	// strips fields marked csi_secret.
+	Secrets map[string]string
+}
+
+// ExpandResult is the driver's answer.
+type ExpandResult struct {
+	CapacityBytes         int64
+	NodeExpansionRequired bool
+}
+
+// Expander is the boundary the controller talks to; tests replace it.
+type Expander interface {
+	Expand(ctx context.Context, req ExpandRequest) (ExpandResult, error)
+}
+
+// Client implements Expander over a gRPC connection with a per-call timeout.
+type Client struct {
+	conn    *grpc.ClientConn
+	timeout time.Duration
+}
+
+// NewClient wraps a connection; timeout bounds each call (the --timeout flag).
+func NewClient(conn *grpc.ClientConn, timeout time.Duration) *Client {
+	return &Client{conn: conn, timeout: timeout}
+}
+
+// Expand calls ControllerExpandVolume once. A driver that answers without a capacity is taken to
+// have granted exactly what was asked.
+func (c *Client) Expand(ctx context.Context, req ExpandRequest) (ExpandResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	rsp, err := csi.NewControllerClient(c.conn).ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
+		VolumeId:         req.VolumeID,
+		CapacityRange:    &csi.CapacityRange{RequiredBytes: req.RequiredBytes},
+		Secrets:          req.Secrets,
+		VolumeCapability: req.Capability,
+	})
+	if err != nil {
+		return ExpandResult{}, err
+	}
+	res := ExpandResult{CapacityBytes: rsp.GetCapacityBytes(), NodeExpansionRequired: rsp.GetNodeExpansionRequired()}
+	if res.CapacityBytes <= 0 {
+		res.CapacityBytes = req.RequiredBytes
+	}
+	return res, nil
+}
+
+// VolumeCapability describes how the PV is used, as ControllerExpandVolume wants it: block or
+// mount (with fsType and mount flags) and the access mode.
+func VolumeCapability(pv *v1.PersistentVolume, singleNodeMultiWriter bool) (*csi.VolumeCapability, error) {
+	mode, err := accessmodes.ToCSIAccessMode(pv.Spec.AccessModes, singleNodeMultiWriter)
+	if err != nil {
+		return nil, fmt.Errorf("PV %s: %w", pv.Name, err)
+	}
+	vc := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode}}
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == v1.PersistentVolumeBlock {
+		vc.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+		return vc, nil
+	}
+	fsType := ""
+	if pv.Spec.CSI != nil {
+		fsType = pv.Spec.CSI.FSType
+	}
+	vc.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fsType, MountFlags: pv.Spec.MountOptions}}
+	return vc, nil
+}

@@ -1,0 +1,129 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+)
+
+func newRegistry(t *testing.T, list func() []ClaimState) (*Recorder, metrics.KubeRegistry) {
+	t.Helper()
+	reg := metrics.NewKubeRegistry()
+	r := NewRecorder("hostpath.csi.k8s.io")
+	r.Register(reg)
+	reg.CustomMustRegister(NewStateCollector("hostpath.csi.k8s.io", list))
+	return r, reg
+}
+
+func TestRecoveryCountedByOutcome(t *testing.T) {
+	r, reg := newRegistry(t, func() []ClaimState { return nil })
+	r.Recovery(true)
+	r.Recovery(false)
+	r.Recovery(true)
+	want := `
+# HELP csi_resizer_volume_recovery_total [ALPHA] Expansions whose target was below the previously allocated size (KEP-1790 recoveries), by outcome.
+# TYPE csi_resizer_volume_recovery_total counter
+csi_resizer_volume_recovery_total{driver_name="hostpath.csi.k8s.io",state="failure"} 1
+csi_resizer_volume_recovery_total{driver_name="hostpath.csi.k8s.io",state="success"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csi_resizer_volume_recovery_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExpandErrorsAndTransitions(t *testing.T) {
+	r, reg := newRegistry(t, func() []ClaimState { return nil })
+	r.ExpandError("OutOfRange", "infeasible")
+	r.ExpandError("OutOfRange", "infeasible")
+	r.ExpandError("DeadlineExceeded", "transient")
+	r.Transition("", v1.PersistentVolumeClaimControllerResizeInProgress)
+	r.Transition(v1.PersistentVolumeClaimControllerResizeInProgress, v1.PersistentVolumeClaimControllerResizeInfeasible)
+	r.Transition(v1.PersistentVolumeClaimControllerResizeInProgress, v1.PersistentVolumeClaimControllerResizeInProgress) // not a transition
+	want := `
+# HELP csi_resizer_controller_expand_errors_total [ALPHA] ControllerExpandVolume errors by gRPC code and class (infeasible, final, transient).
+# TYPE csi_resizer_controller_expand_errors_total counter
+csi_resizer_controller_expand_errors_total{class="infeasible",driver_name="hostpath.csi.k8s.io",grpc_code="OutOfRange"} 2
+csi_resizer_controller_expand_errors_total{class="transient",driver_name="hostpath.csi.k8s.io",grpc_code="DeadlineExceeded"} 1
+# HELP csi_resizer_state_transitions_total [ALPHA] Transitions of pvc.status.allocatedResourceStatuses.storage written by the resizer (none = absent).
+# TYPE csi_resizer_state_transitions_total counter
+csi_resizer_state_transitions_total{driver_name="hostpath.csi.k8s.io",from="ControllerResizeInProgress",to="ControllerResizeInfeasible"} 1
+csi_resizer_state_transitions_total{driver_name="hostpath.csi.k8s.io",from="none",to="ControllerResizeInProgress"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csi_resizer_controller_expand_errors_total", "csi_resizer_state_transitions_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExpansionDurationHistogram(t *testing.T) {
+	r, reg := newRegistry(t, func() []ClaimState { return nil })
+	r.ExpansionDone(true, 3*time.Second)
+	r.ExpansionDone(false, 2*time.Hour)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "csi_resizer_expansion_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" {
+					counts[l.GetValue()] = m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	if counts["success"] != 1 || counts["failure"] != 1 {
+		t.Fatalf("want one success and one failure observation, got %v", counts)
+	}
+}
+
+// The gauges are computed from whatever list returns at scrape time: a fresh collector over the
+// same cluster state (a restarted process) reports the same values.
+func TestStateGaugesFromCacheAndAfterRestart(t *testing.T) {
+	state := []ClaimState{
+		{Namespace: "a", Name: "stuck", State: v1.PersistentVolumeClaimControllerResizeInfeasible},
+		{Namespace: "b", Name: "node", State: v1.PersistentVolumeClaimNodeResizeInfeasible},
+		{Namespace: "a", Name: "busy", State: v1.PersistentVolumeClaimControllerResizeInProgress},
+		{Namespace: "a", Name: "idle"},
+	}
+	list := func() []ClaimState { return state }
+	want := `
+# HELP csi_resizer_volume_infeasible [ALPHA] 1 for each PVC of this driver whose expansion is now infeasible (ControllerResizeInfeasible or NodeResizeInfeasible).
+# TYPE csi_resizer_volume_infeasible gauge
+csi_resizer_volume_infeasible{driver_name="hostpath.csi.k8s.io",namespace="a",persistentvolumeclaim="stuck"} 1
+csi_resizer_volume_infeasible{driver_name="hostpath.csi.k8s.io",namespace="b",persistentvolumeclaim="node"} 1
+# HELP csi_resizer_volumes [ALPHA] PVCs of this driver per resize state (allocatedResourceStatuses.storage; none = absent).
+# TYPE csi_resizer_volumes gauge
+csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="ControllerResizeInProgress"} 1
+csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="ControllerResizeInfeasible"} 1
+csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="NodeResizeInProgress"} 0
+csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="NodeResizeInfeasible"} 1
+csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="NodeResizePending"} 0
+csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="none"} 1
+`
+	for _, run := range []string{"before restart", "after restart"} {
+		_, reg := newRegistry(t, list)
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csi_resizer_volume_infeasible", "csi_resizer_volumes"); err != nil {
+			t.Fatalf("%s: %v", run, err)
+		}
+	}
+	// The stuck PVC recovers: its per-PVC series disappears.
+	state = state[2:]
+	_, reg := newRegistry(t, list)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "csi_resizer_volume_infeasible" && len(mf.GetMetric()) != 0 {
+			t.Fatalf("infeasible series after recovery: %v, want none", mf.GetMetric())
+		}
+	}
+}

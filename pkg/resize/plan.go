@@ -1,0 +1,154 @@
+// Package resize holds the KEP-1790 decision of the csi-resizer sidecar: given what is observed
+// of one PVC and its PV, which size to expand to, whether a recovery to a lower size is allowed,
+// and which status the PVC must carry before and after the driver call.
+//
+// Everything here is a pure function of its arguments: no API calls, no clocks read, no memory
+// kept between calls. That is what lets a restarted resizer make the same decision as the one
+// that crashed (KEP-1790 Case 4), and what makes the rules table-testable and fuzzable.
+package resize
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Observed is everything the decision needs to know about one PVC of this driver.
+type Observed struct {
+	// Spec is pvc.spec.resources.requests.storage: what the user asks for now.
+	Spec resource.Quantity
+	// Alloc is pvc.status.allocatedResources.storage, nil when absent.
+	Alloc *resource.Quantity
+	// State is pvc.status.allocatedResourceStatuses.storage, "" when absent.
+	State v1.ClaimResourceStatus
+	// PVCap is the PV's spec.capacity.storage: what the control plane has expanded so far.
+	PVCap resource.Quantity
+	// PVCCap is pvc.status.capacity.storage: what the user can use.
+	PVCCap resource.Quantity
+	// LastError is the class of the last ControllerExpandVolume error, read back from the
+	// PVC's ControllerResizeError condition (ClassNone when there is none).
+	LastError ErrorClass
+	// NodeOnly is true for a driver without controller EXPAND_VOLUME: its PV capacity is
+	// bookkeeping that the node acts on, never a change the storage backend made.
+	NodeOnly bool
+	// Legacy selects the pre-KEP-1790 behaviour (RecoverVolumeExpansionFailure=false): only
+	// conditions are written and allocated* is never touched or read.
+	Legacy bool
+}
+
+// Action is what the controller must do for a PVC.
+type Action string
+
+const (
+	// Nothing: the PVC needs no work from the resizer now (done, or it is the node's turn).
+	Nothing Action = "Nothing"
+	// ExpandController: call ControllerExpandVolume with Plan.Target.
+	ExpandController Action = "ExpandController"
+	// ExpandNodeOnly: no CSI call; set the PV capacity to Plan.Target and hand over to the node.
+	ExpandNodeOnly Action = "ExpandNodeOnly"
+	// RedriveNode: the node failed (NodeResizeInfeasible) after the control plane had already
+	// grown the volume; nothing can be undone, so put the PVC back to NodeResizePending.
+	RedriveNode Action = "RedriveNode"
+)
+
+// Plan is the decision for one PVC.
+type Plan struct {
+	Action Action
+	// Target is the size to expand to, and the value allocatedResources will hold.
+	Target resource.Quantity
+	// Recovery is true when Target is below the previously allocated size: the user lowered
+	// the request after a failed expansion (KEP-1790 Cases 1 and 2).
+	Recovery bool
+	// LowerPV is true when the PV capacity must go down to Target. Only ever for node-only
+	// drivers, whose PV capacity no backend acted on (KEP-1790 Case 2).
+	LowerPV bool
+	// Why says in words which rule chose the target, for logs and events.
+	Why string
+}
+
+// PlanExpansion applies DESIGN §2.3 rules 1-4 to one observed PVC.
+func PlanExpansion(o Observed) Plan {
+	if o.Legacy {
+		return planLegacy(o)
+	}
+	switch o.State {
+	case v1.PersistentVolumeClaimNodeResizePending, v1.PersistentVolumeClaimNodeResizeInProgress:
+		// The control plane part is done; the kubelet owns the PVC until it clears the state
+		// or reports NodeResizeInfeasible.
+		return Plan{Action: Nothing, Why: fmt.Sprintf("state %s: waiting for the node", o.State)}
+
+	case v1.PersistentVolumeClaimNodeResizeInfeasible:
+		if o.NodeOnly {
+			// The node was the only place the expansion happened, and it failed for good:
+			// the request may follow spec, even downwards.
+			return target(o, o.Spec, "node expansion failed on a node-only driver: following spec")
+		}
+		// The backend already grew the volume: there is no way back, only forward.
+		p := target(o, allocOr(o, o.Spec), "node expansion failed after controller expansion: retrying the node at the allocated size")
+		p.Action = RedriveNode
+		return p
+
+	case v1.PersistentVolumeClaimControllerResizeInfeasible:
+		return target(o, o.Spec, "previous expansion was infeasible: following spec")
+
+	case v1.PersistentVolumeClaimControllerResizeInProgress:
+		if o.LastError.IsFinal() {
+			return target(o, o.Spec, fmt.Sprintf("previous expansion failed with a final error (%s): following spec", o.LastError))
+		}
+		// In progress, or its outcome is unknown (crash, timeout): the backend may still be
+		// growing the volume to alloc, so alloc is the only safe target (Cases 3, 4, 5).
+		return target(o, allocOr(o, o.Spec), "previous expansion may still be in progress: keeping the allocated size")
+
+	default:
+		if o.Spec.Cmp(o.PVCCap) <= 0 {
+			return Plan{Action: Nothing, Why: "spec is not above status.capacity"}
+		}
+		return target(o, o.Spec, "new expansion: following spec")
+	}
+}
+
+// planLegacy is the behaviour without RecoverVolumeExpansionFailure: always expand to spec, and
+// only when spec is above the current capacity.
+func planLegacy(o Observed) Plan {
+	if o.Spec.Cmp(o.PVCCap) <= 0 {
+		return Plan{Action: Nothing, Why: "spec is not above status.capacity"}
+	}
+	if o.NodeOnly {
+		return Plan{Action: ExpandNodeOnly, Target: maxQ(o.Spec, o.PVCap), Why: "legacy: node-only driver"}
+	}
+	return Plan{Action: ExpandController, Target: maxQ(o.Spec, o.PVCap), Why: "legacy: following spec"}
+}
+
+// target turns a wanted size into a plan, enforcing rule 4: allocatedResources never below
+// status.capacity, and never a driver request below the PV capacity unless the driver is
+// node-only.
+func target(o Observed, want resource.Quantity, why string) Plan {
+	p := Plan{Action: ExpandController, Why: why}
+	if o.NodeOnly {
+		p.Action = ExpandNodeOnly
+	}
+	t := maxQ(want, o.PVCCap)
+	if o.NodeOnly {
+		p.LowerPV = t.Cmp(o.PVCap) < 0
+	} else {
+		t = maxQ(t, o.PVCap)
+	}
+	p.Target = t
+	p.Recovery = o.Alloc != nil && t.Cmp(*o.Alloc) < 0
+	return p
+}
+
+func allocOr(o Observed, fallback resource.Quantity) resource.Quantity {
+	if o.Alloc != nil {
+		return *o.Alloc
+	}
+	return fallback
+}
+
+func maxQ(a, b resource.Quantity) resource.Quantity {
+	if a.Cmp(b) >= 0 {
+		return a.DeepCopy()
+	}
+	return b.DeepCopy()
+}

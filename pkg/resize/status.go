@@ -1,0 +1,182 @@
+package resize
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition reasons written by the resizer besides the gRPC code names of errors.
+const (
+	ReasonExpansionInProgress = "ControllerExpansionInProgress"
+	ReasonNodeExpansionNeeded = "NodeExpansionRequired"
+)
+
+// Observe reads the decision inputs from a PVC and its PV.
+func Observe(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, nodeOnly, legacy bool) Observed {
+	o := Observed{
+		Spec:     pvc.Spec.Resources.Requests[v1.ResourceStorage],
+		PVCCap:   pvc.Status.Capacity[v1.ResourceStorage],
+		NodeOnly: nodeOnly,
+		Legacy:   legacy,
+	}
+	if pv != nil {
+		o.PVCap = pv.Spec.Capacity[v1.ResourceStorage]
+	}
+	if a, ok := pvc.Status.AllocatedResources[v1.ResourceStorage]; ok {
+		o.Alloc = &a
+	}
+	o.State = pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]
+	if c := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError); c != nil {
+		o.LastError = ClassFromReason(c.Reason)
+	}
+	return o
+}
+
+// StartedStatus is the status to write before calling the driver (rule 3): the target recorded
+// in allocatedResources, ControllerResizeInProgress, and the Resizing condition. A final error
+// condition left from the previous attempt is removed, because a crash during this attempt must
+// read back as "uncertain" and keep this target (Case 4). A transient one is kept: it already
+// reads as uncertain, and not touching it saves a write per retry.
+func StartedStatus(st v1.PersistentVolumeClaimStatus, p Plan, legacy bool, now metav1.Time) v1.PersistentVolumeClaimStatus {
+	st = *st.DeepCopy()
+	if !legacy {
+		setAllocated(&st, p.Target, v1.PersistentVolumeClaimControllerResizeInProgress)
+	}
+	if c := findCondition(st.Conditions, v1.PersistentVolumeClaimControllerResizeError); c != nil && (legacy || ClassFromReason(c.Reason).IsFinal()) {
+		st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimControllerResizeError)
+	}
+	st.Conditions = setCondition(st.Conditions, v1.PersistentVolumeClaimResizing, ReasonExpansionInProgress,
+		fmt.Sprintf("expanding the volume to %s", p.Target.String()), now, false)
+	return st
+}
+
+// ExpandedStatus is the status after the control plane expansion succeeded (rule 5). With
+// nodeExpansionRequired the node takes over (NodeResizePending + FileSystemResizePending);
+// otherwise the resize is finished: capacity is the new size and the state is cleared.
+func ExpandedStatus(st v1.PersistentVolumeClaimStatus, p Plan, newSize resource.Quantity, nodeExpansionRequired, legacy bool, now metav1.Time) v1.PersistentVolumeClaimStatus {
+	st = *st.DeepCopy()
+	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimResizing)
+	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimControllerResizeError)
+	if nodeExpansionRequired {
+		if !legacy {
+			setAllocated(&st, p.Target, v1.PersistentVolumeClaimNodeResizePending)
+		}
+		st.Conditions = setCondition(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending, ReasonNodeExpansionNeeded,
+			fmt.Sprintf("waiting for the node to expand the file system to %s", newSize.String()), now, false)
+		return st
+	}
+	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending)
+	if st.Capacity == nil {
+		st.Capacity = v1.ResourceList{}
+	}
+	st.Capacity[v1.ResourceStorage] = newSize.DeepCopy()
+	if !legacy {
+		delete(st.AllocatedResourceStatuses, v1.ResourceStorage)
+		if len(st.AllocatedResourceStatuses) == 0 {
+			st.AllocatedResourceStatuses = nil
+		}
+	}
+	return st
+}
+
+// FailedStatus records a failed ControllerExpandVolume (rule 6): infeasible errors move the
+// state to ControllerResizeInfeasible, every other error leaves it as it is; the
+// ControllerResizeError condition always describes the last error, with the gRPC code as
+// reason and the driver's message. lastProbeTime is the time of this attempt, which is what the
+// slow retry of an infeasible PVC counts from after a restart.
+func FailedStatus(st v1.PersistentVolumeClaimStatus, ce ClassifiedError, legacy bool, now metav1.Time) v1.PersistentVolumeClaimStatus {
+	st = *st.DeepCopy()
+	if ce.Class == ClassInfeasible {
+		if !legacy {
+			if st.AllocatedResourceStatuses == nil {
+				st.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{}
+			}
+			st.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimControllerResizeInfeasible
+		}
+		// Nothing is in progress any more: the resize waits for the user or the slow retry.
+		st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimResizing)
+	}
+	st.Conditions = setCondition(st.Conditions, v1.PersistentVolumeClaimControllerResizeError, ce.Reason, ce.Message, now, true)
+	return st
+}
+
+// RedrivenStatus puts a PVC whose node expansion failed back to NodeResizePending, the only way
+// forward once the backend has grown the volume (KEP-1790 known failure modes).
+func RedrivenStatus(st v1.PersistentVolumeClaimStatus, p Plan, now metav1.Time) v1.PersistentVolumeClaimStatus {
+	st = *st.DeepCopy()
+	setAllocated(&st, p.Target, v1.PersistentVolumeClaimNodeResizePending)
+	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimNodeResizeError)
+	st.Conditions = setCondition(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending, ReasonNodeExpansionNeeded,
+		fmt.Sprintf("retrying the node expansion to %s after a node failure", p.Target.String()), now, false)
+	return st
+}
+
+func setAllocated(st *v1.PersistentVolumeClaimStatus, size resource.Quantity, state v1.ClaimResourceStatus) {
+	if st.AllocatedResources == nil {
+		st.AllocatedResources = v1.ResourceList{}
+	}
+	st.AllocatedResources[v1.ResourceStorage] = size.DeepCopy()
+	if st.AllocatedResourceStatuses == nil {
+		st.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{}
+	}
+	st.AllocatedResourceStatuses[v1.ResourceStorage] = state
+}
+
+func findCondition(conds []v1.PersistentVolumeClaimCondition, t v1.PersistentVolumeClaimConditionType) *v1.PersistentVolumeClaimCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+// setCondition sets a True condition. lastTransitionTime changes only when the condition was not
+// already True, so it keeps saying when the situation began. lastProbeTime changes when the
+// content changes, or on every call with probe (the error condition records each attempt); an
+// unchanged condition is left alone so that repeating a step costs no write.
+func setCondition(conds []v1.PersistentVolumeClaimCondition, t v1.PersistentVolumeClaimConditionType, reason, message string, now metav1.Time, probe bool) []v1.PersistentVolumeClaimCondition {
+	out := make([]v1.PersistentVolumeClaimCondition, 0, len(conds)+1)
+	found := false
+	for _, c := range conds {
+		if c.Type == t {
+			found = true
+			changed := c.Status != v1.ConditionTrue || c.Reason != reason || c.Message != message
+			if c.Status != v1.ConditionTrue {
+				c.LastTransitionTime = now
+			}
+			if changed || probe {
+				c.LastProbeTime = now
+			}
+			c.Status, c.Reason, c.Message = v1.ConditionTrue, reason, message
+		}
+		out = append(out, c)
+	}
+	if !found {
+		out = append(out, v1.PersistentVolumeClaimCondition{Type: t, Status: v1.ConditionTrue, Reason: reason, Message: message, LastProbeTime: now, LastTransitionTime: now})
+	}
+	return out
+}
+
+func removeCondition(conds []v1.PersistentVolumeClaimCondition, t v1.PersistentVolumeClaimConditionType) []v1.PersistentVolumeClaimCondition {
+	var out []v1.PersistentVolumeClaimCondition
+	for _, c := range conds {
+		if c.Type != t {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// LastAttempt is when the last failed ControllerExpandVolume happened, as recorded in the PVC,
+// and false when the PVC records none.
+func LastAttempt(pvc *v1.PersistentVolumeClaim) (metav1.Time, bool) {
+	c := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError)
+	if c == nil {
+		return metav1.Time{}, false
+	}
+	return c.LastProbeTime, true
+}
