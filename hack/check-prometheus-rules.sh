@@ -2,7 +2,8 @@
 # Verify the shipped Prometheus rules for csi-resizer.
 #
 #   hack/check-prometheus-rules.sh            full check: drift, `promtool check rules`,
-#                                             `promtool test rules` (installs promtool if missing)
+#                                             `promtool test rules`, and that the queries of the
+#                                             Grafana dashboard parse (installs promtool if missing)
 #   hack/check-prometheus-rules.sh --check    drift check only (no promtool needed)
 #   hack/check-prometheus-rules.sh --update   regenerate the PrometheusRule from rules.yaml
 #
@@ -18,6 +19,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RULES=deploy/prometheus/rules.yaml
 TESTS=deploy/prometheus/rules_test.yaml
 CR=deploy/kubernetes/monitoring/prometheusrule.yaml
+DASHBOARD=deploy/grafana/csi-resizer-dashboard.json
 
 cd "$ROOT"
 
@@ -63,6 +65,37 @@ drift_check() {
 	fi
 	rm -f "$tmp"
 	echo "ok: $CR matches $RULES"
+}
+
+# dashboard_exprs_check makes promtool parse every query of the Grafana dashboard, with the
+# template variables replaced, by wrapping them in a throw-away rule file.
+dashboard_exprs_check() {
+	local promtool=$1 tmp n=0
+	tmp=$(mktemp)
+	echo "groups: [{name: dashboard, rules: [" >"$tmp"
+	# The dashboard is pretty-printed JSON, one "expr" per line.
+	sed -n 's/^ *"expr": "\(.*\)",\{0,1\}$/\1/p' "$DASHBOARD" |
+		sed -e 's/\\"/"/g' -e 's/\\\\/\\/g' \
+			-e 's/\$__rate_interval/5m/g' -e 's/\$[a-z_]*/x/g' \
+			-e "s/'/''/g" |
+		while IFS= read -r expr; do
+			n=$((n + 1))
+			printf "  {record: 'dashboard:expr:%d', expr: '%s'},\n" "$n" "$expr"
+		done >>"$tmp"
+	echo "]}]" >>"$tmp"
+	if ! grep -q "record: 'dashboard:expr:1'" "$tmp"; then
+		echo "FAIL: no queries found in $DASHBOARD" >&2
+		rm -f "$tmp"
+		return 1
+	fi
+	if ! "$promtool" check rules "$tmp" >/dev/null; then
+		"$promtool" check rules "$tmp" >&2 || true
+		echo "FAIL: a query of $DASHBOARD does not parse" >&2
+		rm -f "$tmp"
+		return 1
+	fi
+	echo "ok: $(grep -c "record: 'dashboard:expr:" "$tmp") dashboard queries parse"
+	rm -f "$tmp"
 }
 
 find_promtool() {
@@ -118,6 +151,7 @@ promtool=$(find_promtool)
 "$promtool" --version 2>&1 | head -n1
 "$promtool" check rules "$RULES" || rc=1
 "$promtool" test rules "$TESTS" || rc=1
+dashboard_exprs_check "$promtool" || rc=1
 
 if [[ $rc -ne 0 ]]; then
 	echo "FAIL: prometheus rules check failed" >&2
