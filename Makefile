@@ -1,0 +1,81 @@
+# csi-resizer build and test entry points. `make help` lists them.
+SHELL := /usr/bin/env bash
+GO ?= go
+export GOFLAGS := -mod=vendor
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+BIN := bin
+FUZZTIME ?= 30s
+# Integration: how long the whole suite may take, and which tests (-run) to run.
+INTEGRATION_TIMEOUT ?= 45m
+RUN ?= .
+IMAGE ?= csi-resizer:$(VERSION)
+
+COMMANDS := $(notdir $(wildcard cmd/*))
+
+.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e demo bench bench-smoke manifests-check lint-dockerfile image check clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+build: ## build every binary of cmd/ into bin/
+	@mkdir -p $(BIN)
+	@for c in $(COMMANDS); do echo "go build $$c"; CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/$$c ./cmd/$$c || exit 1; done
+
+test: ## unit tests, with the race detector
+	$(GO) test -race -count=1 ./...
+
+test-fuzz: ## run the decision fuzzer for FUZZTIME (default 30s)
+	$(GO) test ./pkg/resize -run '^$$' -fuzz '^FuzzPlanExpansion$$' -fuzztime $(FUZZTIME)
+
+verify: ## gofmt, go vet (all build tags), go mod tidy + vendor leave no diff, govulncheck
+	@out=$$(git ls-files -co --exclude-standard -- '*.go' ':!vendor/**' ':!test/k8s-bins/**' | xargs gofmt -l); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
+	@tmp=$$(mktemp -d); cp go.mod go.sum $$tmp/; \
+	  GOFLAGS=-mod=mod $(GO) mod tidy && GOFLAGS=-mod=mod $(GO) mod vendor; \
+	  if ! git diff --quiet -- go.mod go.sum vendor || [ -n "$$(git status --porcelain -- vendor)" ]; then \
+	    echo "go mod tidy / go mod vendor changed go.mod, go.sum or vendor/: run them and commit"; git status --short -- go.mod go.sum vendor | head; exit 1; fi
+	@$(MAKE) --no-print-directory vulncheck
+
+vulncheck: ## govulncheck, when its database is reachable from this machine
+	@bash hack/vulncheck.sh
+
+check-rules: ## promtool check + unit tests of the shipped Prometheus rules (installs prometheus if missing)
+	bash hack/check-prometheus-rules.sh
+
+test-integration: ## integration tests on a real etcd + kube-apiserver (+ controller-manager) and a real CSI driver process
+	bash hack/build-k8s-bins.sh >/dev/null
+	$(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/integration/...
+
+test-e2e: ## driver-agnostic e2e suite: make test-e2e DRIVER_CMD="..." DRIVER_NAME=... INFEASIBLE_SIZE=2Ti
+	bash hack/build-k8s-bins.sh >/dev/null
+	E2E_DRIVER_CMD="$(DRIVER_CMD)" E2E_DRIVER_NAME="$(DRIVER_NAME)" E2E_DRIVER_ENDPOINT="$(DRIVER_ENDPOINT)" E2E_INFEASIBLE_SIZE="$(INFEASIBLE_SIZE)" \
+	  $(GO) test -tags integration -count=1 -timeout 30m -v ./test/e2e/...
+
+demo: build ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery
+	bash hack/demo.sh
+
+bench: ## benchmarks on the real control plane (not part of CI pass/fail); writes a table and JSON
+	bash hack/build-k8s-bins.sh >/dev/null
+	$(GO) test -tags integration -count=1 -timeout 60m -run '^$$' -bench . -benchtime 1x ./test/bench/... $(BENCHFLAGS)
+
+bench-smoke: ## a small run of every benchmark, so they cannot rot
+	$(GO) test ./pkg/resize -run '^$$' -bench . -benchtime 100x
+	bash hack/build-k8s-bins.sh >/dev/null
+	BENCH_SMOKE=1 $(GO) test -tags integration -count=1 -timeout 20m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+
+manifests-check: ## kustomize-render every deploy/ base and server-side dry-run it against a real apiserver
+	bash hack/manifests-check.sh
+
+lint-dockerfile: ## static checks of the Dockerfile (no Docker engine needed)
+	bash hack/lint-dockerfile.sh
+
+image: ## build the container image (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+check: verify test test-fuzz check-rules lint-dockerfile manifests-check test-integration bench-smoke ## everything CI runs
+
+clean:
+	rm -rf $(BIN)
