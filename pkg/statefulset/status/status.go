@@ -1,0 +1,113 @@
+// Package status defines the feedback that statefulset-resizer writes on a
+// StatefulSet: the JSON document in the annotation
+// csi-resizer.io/volume-claim-templates-status. It is the reliable channel a
+// CI/CD job polls (events are best effort), so its shape is part of the
+// product: {"observedGeneration":N,"templates":[{"templateName",
+// "readyReplicas","finishedReconciliationGeneration","infeasibleReplicas",
+// "message"}]}.
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+)
+
+// Annotation is the StatefulSet annotation that carries the JSON encoded
+// VolumeClaimTemplates.
+const Annotation = "csi-resizer.io/volume-claim-templates-status"
+
+// VolumeClaimTemplates is the feedback for every volume claim template of one
+// StatefulSet, as observed at ObservedGeneration.
+type VolumeClaimTemplates struct {
+	// ObservedGeneration is the StatefulSet metadata.generation the controller
+	// evaluated when it wrote this document.
+	ObservedGeneration int64 `json:"observedGeneration"`
+	// Templates has one entry per spec.volumeClaimTemplates entry, in spec order.
+	Templates []Template `json:"templates"`
+}
+
+// Template is the reconciliation progress of one volume claim template.
+type Template struct {
+	// TemplateName is spec.volumeClaimTemplates[].metadata.name.
+	TemplateName string `json:"templateName"`
+	// ReadyReplicas counts the replicas whose PVC status.capacity is at least
+	// the template's requested size (and that are not stuck, see the docs).
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// FinishedReconciliationGeneration is the last StatefulSet generation for
+	// which every replica was ready. Zero (omitted) until that happens once.
+	FinishedReconciliationGeneration int64 `json:"finishedReconciliationGeneration,omitempty"`
+	// InfeasibleReplicas counts the replicas that cannot reach the template
+	// size without a user action (driver said infeasible, patch rejected,
+	// volume cannot shrink, ...).
+	InfeasibleReplicas int32 `json:"infeasibleReplicas"`
+	// Message explains the infeasible replicas: PVC names and driver messages.
+	Message string `json:"message,omitempty"`
+}
+
+// Parse decodes the annotation value. An empty value is an error so callers
+// can tell "never written" apart from "written": use FromStatefulSet for that.
+func Parse(value string) (*VolumeClaimTemplates, error) {
+	if value == "" {
+		return nil, fmt.Errorf("empty %s annotation", Annotation)
+	}
+	var s VolumeClaimTemplates
+	if err := json.Unmarshal([]byte(value), &s); err != nil {
+		return nil, fmt.Errorf("decode %s annotation: %w", Annotation, err)
+	}
+	return &s, nil
+}
+
+// FromStatefulSet returns the status stored on sts, nil when the annotation is
+// absent, and an error when it is present but cannot be decoded.
+func FromStatefulSet(sts *appsv1.StatefulSet) (*VolumeClaimTemplates, error) {
+	value, ok := sts.Annotations[Annotation]
+	if !ok {
+		return nil, nil
+	}
+	return Parse(value)
+}
+
+// Encode returns the annotation value. Templates is always encoded as an array
+// (never null) so consumers can iterate without a nil check.
+func (s VolumeClaimTemplates) Encode() (string, error) {
+	if s.Templates == nil {
+		s.Templates = []Template{}
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return "", fmt.Errorf("encode %s annotation: %w", Annotation, err)
+	}
+	return string(data), nil
+}
+
+// Equal reports whether two documents say the same thing; the controller
+// writes the annotation only when it is not Equal to the stored one.
+func (s *VolumeClaimTemplates) Equal(other *VolumeClaimTemplates) bool {
+	if s == nil || other == nil {
+		return s == other
+	}
+	if s.ObservedGeneration != other.ObservedGeneration || len(s.Templates) != len(other.Templates) {
+		return false
+	}
+	for i := range s.Templates {
+		if s.Templates[i] != other.Templates[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Template returns the entry for the named template, or nil.
+func (s *VolumeClaimTemplates) Template(name string) *Template {
+	if s == nil {
+		return nil
+	}
+	for i := range s.Templates {
+		if s.Templates[i].TemplateName == name {
+			return &s.Templates[i]
+		}
+	}
+	return nil
+}
