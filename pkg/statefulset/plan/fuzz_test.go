@@ -1,0 +1,181 @@
+package plan
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// byteSource turns fuzzer bytes into small choices; it yields zeros once
+// exhausted so every input builds a valid world.
+type byteSource struct {
+	data []byte
+}
+
+func (b *byteSource) pick(n int) int {
+	if len(b.data) == 0 || n <= 1 {
+		return 0
+	}
+	v := int(b.data[0])
+	b.data = b.data[1:]
+	return v % n
+}
+
+func (b *byteSource) flag() bool { return b.pick(2) == 1 }
+
+var fuzzSizes = []string{"1Gi", "2Gi", "3Gi", "5Gi", "8Gi"}
+
+func (b *byteSource) size() resource.Quantity { return resource.MustParse(b.sizeString()) }
+
+func (b *byteSource) sizeString() string { return fuzzSizes[b.pick(len(fuzzSizes))] }
+
+// randomWorld builds an arbitrary but well-formed state: up to 4 replicas, up
+// to 2 templates, pods in any phase/revision, PVCs with any request,
+// capacity, KEP-1790 state and bookkeeping annotations.
+func randomWorld(b *byteSource) *world {
+	policy := ordered
+	if b.flag() {
+		policy = parallel
+	}
+	replicas := int32(b.pick(5))
+	var templates []string
+	for i, n := 0, 1+b.pick(2); i < n; i++ {
+		templates = append(templates, []string{"data", "logs"}[i]+"=1Gi")
+	}
+	w := newWorld(replicas, policy, templates...)
+	for i := range w.sts.Spec.VolumeClaimTemplates {
+		w.sts.Spec.VolumeClaimTemplates[i].Spec.Resources.Requests[corev1.ResourceStorage] = b.size()
+	}
+	for _, name := range sortedKeys(w.pods) {
+		pod := w.pods[name]
+		switch b.pick(6) {
+		case 0:
+			pod.Status.Phase = corev1.PodPending
+		case 1:
+			pod.DeletionTimestamp = &metav1.Time{}
+		case 2:
+			pod.Labels[appsv1.StatefulSetRevisionLabel] = "old"
+		case 3:
+			delete(w.pods, name)
+		}
+	}
+	states := []corev1.ClaimResourceStatus{"",
+		corev1.PersistentVolumeClaimControllerResizeInProgress, corev1.PersistentVolumeClaimControllerResizeInfeasible,
+		corev1.PersistentVolumeClaimNodeResizePending, corev1.PersistentVolumeClaimNodeResizeInfeasible}
+	for _, name := range sortedKeys(w.pvcs) {
+		pvc := w.pvcs[name]
+		if b.pick(8) == 0 {
+			delete(w.pvcs, name)
+			continue
+		}
+		request, capacity := b.size(), b.size()
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = request
+		pvc.Status.Capacity[corev1.ResourceStorage] = capacity
+		if s := states[b.pick(len(states))]; s != "" {
+			pvc.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: s}
+		}
+		if b.pick(4) == 0 {
+			pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimControllerResizeError,
+				Status: corev1.ConditionTrue, Reason: []string{"OutOfRange", "Internal"}[b.pick(2)], Message: "m"}}
+		}
+		if b.pick(5) == 0 {
+			pvc.Status.Phase = corev1.ClaimPending
+		}
+		switch b.pick(4) {
+		case 1: // raised by us, still ours
+			pvc.Annotations = map[string]string{AnnotationPreResizeStorage: b.sizeString(), AnnotationResizedStorage: request.String()}
+		case 2: // raised by us, then changed by a person
+			pvc.Annotations = map[string]string{AnnotationPreResizeStorage: b.sizeString(), AnnotationResizedStorage: b.sizeString()}
+		case 3: // garbage in our annotation
+			pvc.Annotations = map[string]string{AnnotationPreResizeStorage: "x", AnnotationResizedStorage: "not-a-size"}
+		}
+		if b.pick(6) == 0 {
+			pvc.Spec.StorageClassName = ptr.To(fixedSC)
+		}
+	}
+	return w
+}
+
+// FuzzDecideInvariants checks the safety rules over arbitrary states:
+//   - never lower a PVC this controller did not raise (or that was changed
+//     by someone since);
+//   - never lower a request to or below status.capacity;
+//   - OrderedReady never touches replica i+1 (patch or predicted patch
+//     failure) while replica i of the same template is unfinished or failing;
+//   - only PVCs of running, updated, non-terminating pods are patched, each
+//     at most once, to exactly the template size;
+//   - the status counts add up.
+func FuzzDecideInvariants(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0, 3, 1, 4, 2, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{1, 4, 1, 2, 3, 4, 0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 1, 0, 4})
+	f.Add([]byte{0, 4, 0, 0, 5, 5, 5, 5, 4, 0, 2, 1, 1, 1, 1, 4, 1, 2, 1, 3, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w := randomWorld(&byteSource{data: data})
+		d := Decide(w.input())
+		if d.Deferred != "" {
+			t.Fatalf("unexpected Deferred %q", d.Deferred)
+		}
+		seen := map[string]bool{}
+		for _, p := range d.Patches() {
+			if seen[p.Name] {
+				t.Fatalf("PVC %s patched twice", p.Name)
+			}
+			seen[p.Name] = true
+			pvc := w.pvcs[p.Name]
+			request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+			capacity := pvc.Status.Capacity[corev1.ResourceStorage]
+			if p.From.Cmp(request) != 0 {
+				t.Fatalf("patch of %s from %s, but the request is %s", p.Name, &p.From, &request)
+			}
+			if p.Decrease() {
+				if !raisedByController(pvc, &request) {
+					t.Fatalf("lowered %s (annotations %v) which was not raised by us", p.Name, pvc.Annotations)
+				}
+				if p.To.Cmp(capacity) <= 0 {
+					t.Fatalf("lowered %s to %s, not above capacity %s", p.Name, &p.To, &capacity)
+				}
+			}
+		}
+		for _, td := range d.Templates {
+			unfinished := false
+			for _, rd := range td.Replicas {
+				if rd.Patch != nil {
+					pod := w.pods[rd.PodName]
+					if pod == nil || pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil ||
+						pod.Labels[appsv1.StatefulSetRevisionLabel] != testRevision {
+						t.Fatalf("patched %s for an ineligible pod %+v", rd.PVCName, pod)
+					}
+					if rd.Patch.To.Cmp(td.Size) != 0 {
+						t.Fatalf("patched %s to %s, template says %s", rd.PVCName, &rd.Patch.To, &td.Size)
+					}
+				}
+				if d.Ordered && unfinished {
+					touched := rd.Patch != nil || (rd.Event != nil && rd.Event.Reason == EventFailedToPatchPVC)
+					if touched {
+						t.Fatalf("OrderedReady touched %s behind an unfinished replica: %+v", rd.PVCName, rd)
+					}
+				}
+				if rd.State != Ready {
+					unfinished = true
+				}
+			}
+		}
+		st := d.Status()
+		for i, ts := range st.Templates {
+			c := d.Templates[i].Count()
+			if ts.ReadyReplicas+ts.InfeasibleReplicas > d.DesiredReplicas ||
+				c.Ready+c.Pending+c.Failed != d.DesiredReplicas {
+				t.Fatalf("counts do not add up: %+v %+v replicas %d", ts, c, d.DesiredReplicas)
+			}
+			if (ts.FinishedReconciliationGeneration == d.Generation) != (ts.ReadyReplicas == d.DesiredReplicas) &&
+				ts.FinishedReconciliationGeneration != 0 {
+				t.Fatalf("finished generation %d with %d/%d ready", ts.FinishedReconciliationGeneration, ts.ReadyReplicas, d.DesiredReplicas)
+			}
+		}
+	})
+}

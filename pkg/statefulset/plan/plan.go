@@ -1,0 +1,602 @@
+// Package plan is the deciding half of statefulset-resizer: a pure function
+// from the observed StatefulSet, Pods, PVCs and StorageClasses to what should
+// happen (which PVC requests to patch, up or down, where an OrderedReady
+// StatefulSet stops, what to report) and to the feedback status.
+//
+// Nothing here talks to the API or keeps memory between calls, so a restarted
+// controller decides exactly as the one before it, and every rule can be
+// table-tested and fuzzed without a cluster. The controller package gathers
+// the inputs from informer caches and carries the decision out.
+package plan
+
+import (
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
+)
+
+// PVC annotations written by statefulset-resizer. They are the controller's
+// only memory about a PVC, kept in the API so that a restart loses nothing.
+const (
+	// AnnotationStatefulSet names the StatefulSet (same namespace) whose
+	// template the PVC follows. It maps PVC updates back to the StatefulSet
+	// without relying on the name pattern; it is added on the first patch.
+	AnnotationStatefulSet = "csi-resizer.io/statefulset"
+	// AnnotationPreResizeStorage is the PVC request before this controller
+	// first changed it. Its presence means "raised by statefulset-resizer".
+	AnnotationPreResizeStorage = "csi-resizer.io/pre-resize-storage"
+	// AnnotationResizedStorage is the request this controller last wrote. A
+	// request that differs from it was changed by someone else since, and such
+	// a PVC is never lowered.
+	AnnotationResizedStorage = "csi-resizer.io/resized-storage"
+)
+
+// Event reasons on the StatefulSet.
+const (
+	// EventFailedToPatchPVC: a PVC cannot be patched to the template size,
+	// either because the API rejected the patch or because the plan knows it
+	// would be rejected or must not be made (KEP-661 "Errors When Patching").
+	EventFailedToPatchPVC = "FailedToPatchPVC"
+	// EventVolumeResizeInfeasible: the resizer (CSI driver or kubelet) marked
+	// the expansion infeasible (KEP-1790 state or error condition).
+	EventVolumeResizeInfeasible = "VolumeResizeInfeasible"
+)
+
+// State is where one replica's PVC of one template stands.
+type State string
+
+const (
+	// Ready: the PVC's capacity reached the template size.
+	Ready State = "Ready"
+	// Pending: progressing, or waiting for something that resolves without
+	// a user (pod start, rollout, the resizer, the previous replica).
+	Pending State = "Pending"
+	// Failed: cannot reach the template size without a user action.
+	Failed State = "Failed"
+)
+
+// Replica-level reasons, machine readable (CamelCase like API reasons).
+const (
+	ReasonResized                   = "Resized"
+	ReasonNoSizeInTemplate          = "NoSizeInTemplate"
+	ReasonPodMissing                = "PodMissing"
+	ReasonPodNotOwned               = "PodNotOwned"
+	ReasonPodTerminating            = "PodTerminating"
+	ReasonPodNotRunning             = "PodNotRunning"
+	ReasonPodNotUpdated             = "PodNotAtUpdateRevision"
+	ReasonPVCMissing                = "PVCMissing"
+	ReasonPVCTerminating            = "PVCTerminating"
+	ReasonPVCNotBound               = "PVCNotBound"
+	ReasonExpanding                 = "Expanding"
+	ReasonRecovering                = "Recovering"
+	ReasonResizing                  = "Resizing"
+	ReasonWaitingForPreviousReplica = "WaitingForPreviousReplica"
+	ReasonExpansionNotAllowed       = "ExpansionNotAllowed"
+	ReasonShrinkBelowCapacity       = "ShrinkBelowCapacity"
+	ReasonNotRaisedByController     = "NotRaisedByController"
+	ReasonPatchRejected             = "PatchRejected"
+	ReasonResizeInfeasible          = "ResizeInfeasible"
+)
+
+// Why the whole StatefulSet was left alone this time.
+const (
+	DeferredNotObserved     = "StatefulSetControllerHasNotObservedGeneration"
+	DeferredInvalidSelector = "InvalidSelector"
+)
+
+// maxMessageEntries bounds the status message so that a large StatefulSet
+// with many failing replicas does not grow the annotation without limit.
+const maxMessageEntries = 3
+
+// Input is the observed state the decision is made from. Maps are keyed by
+// object name and hold objects of the StatefulSet's namespace; an object that
+// is absent from a map is treated as not existing (PVC, Pod) or unknown
+// (StorageClass: the apiserver decides).
+type Input struct {
+	StatefulSet    *appsv1.StatefulSet
+	Pods           map[string]*corev1.Pod
+	PVCs           map[string]*corev1.PersistentVolumeClaim
+	StorageClasses map[string]*storagev1.StorageClass
+}
+
+// Decision is what statefulset-resizer should do for one StatefulSet.
+type Decision struct {
+	// Deferred, when not empty, says why nothing was decided this time; the
+	// caller neither patches nor writes status.
+	Deferred string
+	// Generation is the StatefulSet generation the decision was made for.
+	Generation int64
+	// DesiredReplicas is spec.replicas (default 1).
+	DesiredReplicas int32
+	// Ordered is true for podManagementPolicy OrderedReady.
+	Ordered bool
+	// Templates has one entry per volume claim template, in spec order.
+	Templates []TemplateDecision
+
+	previous *status.VolumeClaimTemplates
+}
+
+// TemplateDecision is the decision for one volume claim template.
+type TemplateDecision struct {
+	Name string
+	// Size is the template's storage request; zero when it has none.
+	Size resource.Quantity
+	// Replicas has one entry per ordinal, in ordinal order.
+	Replicas []ReplicaDecision
+}
+
+// ReplicaDecision is the decision for the PVC of one replica and template.
+type ReplicaDecision struct {
+	Ordinal int32
+	PodName string
+	PVCName string
+	State   State
+	// Reason is one of the Reason* constants.
+	Reason string
+	// Message explains Reason to a person.
+	Message string
+	// Patch is the one PVC patch to make, or nil.
+	Patch *PVCPatch
+	// Event is what to tell on the StatefulSet, or nil.
+	Event *Event
+}
+
+// Event is a Warning event to record on the StatefulSet.
+type Event struct {
+	Reason  string
+	Message string
+}
+
+// PVCPatch is a change of a PVC's storage request plus the bookkeeping
+// annotations, made in one merge patch.
+type PVCPatch struct {
+	Namespace string
+	Name      string
+	// ResourceVersion is the version the decision saw; the patch carries it
+	// as a precondition so that a PVC changed in the meantime (for example by
+	// a person) is re-evaluated instead of overwritten.
+	ResourceVersion string
+	From            resource.Quantity
+	To              resource.Quantity
+	Annotations     map[string]string
+}
+
+// Decrease reports whether the patch lowers the request (KEP-1790 recovery).
+func (p *PVCPatch) Decrease() bool { return p.To.Cmp(p.From) < 0 }
+
+// Decide evaluates every replica of every volume claim template of
+// in.StatefulSet. It never mutates its input.
+func Decide(in Input) *Decision {
+	sts := in.StatefulSet
+	d := &Decision{
+		Generation:      sts.Generation,
+		DesiredReplicas: desiredReplicas(sts),
+		Ordered:         sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement,
+	}
+	// A status that cannot be parsed is treated as absent: it is ours to
+	// rewrite, and failing here would leave the StatefulSet unreconciled.
+	d.previous, _ = status.FromStatefulSet(sts)
+	if d.previous != nil && d.previous.ObservedGeneration > sts.Generation {
+		// Written for a later generation than this object has: a copy from
+		// another object (an exported manifest re-applied), not our record.
+		d.previous = nil
+	}
+
+	// Until the StatefulSet controller has seen the current generation, the
+	// update revision may be stale: pods "at the update revision" could be
+	// about to be replaced. Wait for its status update (which triggers us).
+	if sts.Status.ObservedGeneration < sts.Generation {
+		d.Deferred = DeferredNotObserved
+		return d
+	}
+	selector, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector)
+	if err != nil {
+		d.Deferred = DeferredInvalidSelector
+		return d
+	}
+
+	start := int32(0)
+	if sts.Spec.Ordinals != nil {
+		start = sts.Spec.Ordinals.Start
+	}
+	for i := range sts.Spec.VolumeClaimTemplates {
+		tmpl := &sts.Spec.VolumeClaimTemplates[i]
+		td := TemplateDecision{Name: tmpl.Name}
+		if q, ok := tmpl.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			td.Size = q.DeepCopy()
+		}
+		// blocked turns true at the first replica of an OrderedReady
+		// StatefulSet that is not Ready; later replicas are not touched.
+		blocked := false
+		for ordinal := start; ordinal < start+d.DesiredReplicas; ordinal++ {
+			rd := decideReplica(in, selector, tmpl, &td.Size, ordinal)
+			if blocked {
+				rd = holdBack(rd)
+			}
+			if d.Ordered && rd.State != Ready {
+				blocked = true
+			}
+			td.Replicas = append(td.Replicas, rd)
+		}
+		d.Templates = append(d.Templates, td)
+	}
+	return d
+}
+
+// holdBack turns a decision for a replica behind an unfinished one (in an
+// OrderedReady StatefulSet) into "wait": no patch, and no predicted patch
+// failure either, since no patch is being attempted. Observed facts (Ready,
+// or infeasible as reported by the resizer) are kept: they are true whether
+// or not we act.
+func holdBack(rd ReplicaDecision) ReplicaDecision {
+	if rd.Patch == nil && (rd.State == Ready || rd.Reason == ReasonResizeInfeasible) {
+		return rd
+	}
+	return ReplicaDecision{
+		Ordinal: rd.Ordinal, PodName: rd.PodName, PVCName: rd.PVCName,
+		State:   Pending,
+		Reason:  ReasonWaitingForPreviousReplica,
+		Message: "OrderedReady: waiting for the previous replica's volume to finish resizing",
+	}
+}
+
+func desiredReplicas(sts *appsv1.StatefulSet) int32 {
+	if sts.Spec.Replicas == nil {
+		return 1
+	}
+	if *sts.Spec.Replicas < 0 {
+		return 0
+	}
+	return *sts.Spec.Replicas
+}
+
+// PodName returns the name of the StatefulSet's pod with the given ordinal.
+func PodName(stsName string, ordinal int32) string {
+	return fmt.Sprintf("%s-%d", stsName, ordinal)
+}
+
+// PVCName returns the name the StatefulSet controller gives the PVC of a
+// template for a replica: <template>-<statefulset>-<ordinal>.
+func PVCName(templateName, stsName string, ordinal int32) string {
+	return templateName + "-" + PodName(stsName, ordinal)
+}
+
+func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVolumeClaim, size *resource.Quantity, ordinal int32) ReplicaDecision {
+	sts := in.StatefulSet
+	rd := ReplicaDecision{
+		Ordinal: ordinal,
+		PodName: PodName(sts.Name, ordinal),
+		PVCName: PVCName(tmpl.Name, sts.Name, ordinal),
+	}
+	pending := func(reason, format string, args ...any) ReplicaDecision {
+		rd.State, rd.Reason, rd.Message = Pending, reason, fmt.Sprintf(format, args...)
+		return rd
+	}
+	failed := func(event, reason, format string, args ...any) ReplicaDecision {
+		rd.State, rd.Reason, rd.Message = Failed, reason, fmt.Sprintf(format, args...)
+		rd.Event = &Event{Reason: event, Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message)}
+		return rd
+	}
+
+	// Rule 1: only replicas whose pod runs at the update revision. Not
+	// Ready: a readiness check may itself wait for the bigger volume.
+	pod := in.Pods[rd.PodName]
+	switch {
+	case pod == nil:
+		return pending(ReasonPodMissing, "pod %s does not exist", rd.PodName)
+	case !podBelongsTo(pod, sts, selector):
+		return pending(ReasonPodNotOwned, "pod %s does not belong to StatefulSet %s", rd.PodName, sts.Name)
+	case pod.DeletionTimestamp != nil:
+		return pending(ReasonPodTerminating, "pod %s is terminating", rd.PodName)
+	case pod.Status.Phase != corev1.PodRunning:
+		return pending(ReasonPodNotRunning, "pod %s is %s, not Running", rd.PodName, phaseOrUnknown(pod.Status.Phase))
+	case sts.Status.UpdateRevision == "" || pod.Labels[appsv1.StatefulSetRevisionLabel] != sts.Status.UpdateRevision:
+		return pending(ReasonPodNotUpdated, "pod %s is at revision %q, not at the update revision %q",
+			rd.PodName, pod.Labels[appsv1.StatefulSetRevisionLabel], sts.Status.UpdateRevision)
+	}
+
+	pvc := in.PVCs[rd.PVCName]
+	switch {
+	case pvc == nil:
+		return pending(ReasonPVCMissing, "PVC %s does not exist", rd.PVCName)
+	case pvc.DeletionTimestamp != nil:
+		return pending(ReasonPVCTerminating, "PVC %s is being deleted", rd.PVCName)
+	}
+	if size.IsZero() {
+		// Nothing to reconcile: the template does not ask for a size.
+		rd.State, rd.Reason, rd.Message = Ready, ReasonNoSizeInTemplate, "the template has no storage request"
+		return rd
+	}
+	if pvc.Status.Phase != corev1.ClaimBound {
+		return pending(ReasonPVCNotBound, "PVC %s is %s, not Bound", rd.PVCName, pvc.Status.Phase)
+	}
+
+	request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	capacity := pvc.Status.Capacity[corev1.ResourceStorage]
+	sc := storageClassOf(in, pvc)
+
+	switch cmp := request.Cmp(*size); {
+	case cmp < 0:
+		// Rule 2: increases always, unless the apiserver would refuse.
+		if sc != nil && !allowsExpansion(sc) {
+			return failed(EventFailedToPatchPVC, ReasonExpansionNotAllowed,
+				"cannot resize to %s: StorageClass %s does not allow volume expansion", size, sc.Name)
+		}
+		rd.Patch = newPatch(sts, pvc, &request, size)
+		return pending(ReasonExpanding, "patching the request from %s to %s", &request, size)
+	case cmp > 0:
+		// Rule 2: decreases only of a request this controller raised, and
+		// only to a size above the capacity (KEP-1790 recovery from a failed
+		// expansion). Everything else is reported, never fought over.
+		if !raisedByController(pvc, &request) {
+			return failed(EventFailedToPatchPVC, ReasonNotRaisedByController,
+				"not lowering the request from %s to the template's %s: it was not raised by statefulset-resizer", &request, size)
+		}
+		if size.Cmp(capacity) <= 0 {
+			return failed(EventFailedToPatchPVC, ReasonShrinkBelowCapacity,
+				"cannot lower the request from %s to %s: not above the volume's capacity %s (volumes cannot shrink)", &request, size, &capacity)
+		}
+		if sc != nil && !allowsExpansion(sc) {
+			return failed(EventFailedToPatchPVC, ReasonExpansionNotAllowed,
+				"cannot resize to %s: StorageClass %s does not allow volume expansion", size, sc.Name)
+		}
+		rd.Patch = newPatch(sts, pvc, &request, size)
+		return pending(ReasonRecovering, "lowering the request from %s to %s to recover from a failed expansion (capacity %s)", &request, size, &capacity)
+	}
+
+	if capacity.Cmp(*size) >= 0 {
+		rd.State, rd.Reason, rd.Message = Ready, ReasonResized, fmt.Sprintf("capacity %s", &capacity)
+		return rd
+	}
+	// Rule 4: surface what the resizer (or kubelet) reported on the PVC.
+	if infeasible, detail := infeasibility(pvc); infeasible {
+		return failed(EventVolumeResizeInfeasible, ReasonResizeInfeasible, "cannot resize to %s: %s", size, detail)
+	}
+	if detail := lastResizeError(pvc); detail != "" {
+		return pending(ReasonResizing, "resizing from %s to %s, last error: %s", &capacity, size, detail)
+	}
+	return pending(ReasonResizing, "resizing from %s to %s", &capacity, size)
+}
+
+func phaseOrUnknown(p corev1.PodPhase) corev1.PodPhase {
+	if p == "" {
+		return corev1.PodUnknown
+	}
+	return p
+}
+
+// podBelongsTo matches by name (done by the caller), labels and controller
+// kind/name, never by UID: a StatefulSet deleted with --cascade=orphan and
+// re-created adopts the same pods under a new UID and is the same workload.
+func podBelongsTo(pod *corev1.Pod, sts *appsv1.StatefulSet, selector labels.Selector) bool {
+	if !selector.Matches(labels.Set(pod.Labels)) {
+		return false
+	}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		return ref.Kind == "StatefulSet" && ref.Name == sts.Name
+	}
+	return true // orphaned between delete --cascade=orphan and re-create
+}
+
+func storageClassOf(in Input, pvc *corev1.PersistentVolumeClaim) *storagev1.StorageClass {
+	if pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName == "" {
+		return nil
+	}
+	return in.StorageClasses[*pvc.Spec.StorageClassName]
+}
+
+func allowsExpansion(sc *storagev1.StorageClass) bool {
+	return sc.AllowVolumeExpansion != nil && *sc.AllowVolumeExpansion
+}
+
+// raisedByController reports whether the PVC's current request is the one
+// this controller wrote, over an original size it recorded.
+func raisedByController(pvc *corev1.PersistentVolumeClaim, request *resource.Quantity) bool {
+	if _, ok := pvc.Annotations[AnnotationPreResizeStorage]; !ok {
+		return false
+	}
+	written, err := resource.ParseQuantity(pvc.Annotations[AnnotationResizedStorage])
+	return err == nil && written.Cmp(*request) == 0
+}
+
+func newPatch(sts *appsv1.StatefulSet, pvc *corev1.PersistentVolumeClaim, from, to *resource.Quantity) *PVCPatch {
+	pre := from.String()
+	if raisedByController(pvc, from) {
+		// Still the same episode: keep the size from before our first raise.
+		pre = pvc.Annotations[AnnotationPreResizeStorage]
+	}
+	return &PVCPatch{
+		Namespace:       pvc.Namespace,
+		Name:            pvc.Name,
+		ResourceVersion: pvc.ResourceVersion,
+		From:            from.DeepCopy(),
+		To:              to.DeepCopy(),
+		Annotations: map[string]string{
+			AnnotationStatefulSet:      sts.Name,
+			AnnotationPreResizeStorage: pre,
+			AnnotationResizedStorage:   to.String(),
+		},
+	}
+}
+
+// infeasibleCodes are the gRPC codes that KEP-1790 treats as infeasible; the
+// resizer writes them as the reason of the ControllerResizeError condition.
+// They also identify infeasibility when only the condition is set (a resizer
+// running with RecoverVolumeExpansionFailure off writes conditions only).
+var infeasibleCodes = map[string]bool{"InvalidArgument": true, "OutOfRange": true, "NotFound": true}
+
+// infeasibility reads the KEP-1790 state of the PVC's storage resize.
+func infeasibility(pvc *corev1.PersistentVolumeClaim) (bool, string) {
+	state := pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
+	switch state {
+	case corev1.PersistentVolumeClaimControllerResizeInfeasible:
+		return true, describe(state, condition(pvc, corev1.PersistentVolumeClaimControllerResizeError))
+	case corev1.PersistentVolumeClaimNodeResizeInfeasible:
+		return true, describe(state, condition(pvc, corev1.PersistentVolumeClaimNodeResizeError))
+	}
+	for _, t := range []corev1.PersistentVolumeClaimConditionType{
+		corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError,
+	} {
+		if c := condition(pvc, t); c != nil && infeasibleCodes[c.Reason] {
+			return true, describe("", c)
+		}
+	}
+	return false, ""
+}
+
+func lastResizeError(pvc *corev1.PersistentVolumeClaim) string {
+	for _, t := range []corev1.PersistentVolumeClaimConditionType{
+		corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError,
+	} {
+		if c := condition(pvc, t); c != nil {
+			return describe("", c)
+		}
+	}
+	return ""
+}
+
+func condition(pvc *corev1.PersistentVolumeClaim, t corev1.PersistentVolumeClaimConditionType) *corev1.PersistentVolumeClaimCondition {
+	for i := range pvc.Status.Conditions {
+		if c := &pvc.Status.Conditions[i]; c.Type == t && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+// describe renders "<code>: <driver message>" (falling back to the state).
+func describe(state corev1.ClaimResourceStatus, c *corev1.PersistentVolumeClaimCondition) string {
+	switch {
+	case c != nil && c.Reason != "" && c.Message != "":
+		return c.Reason + ": " + c.Message
+	case c != nil && c.Message != "":
+		return c.Message
+	case c != nil && c.Reason != "":
+		return c.Reason
+	case state != "":
+		return string(state)
+	}
+	return "unknown error"
+}
+
+// Patches returns the PVC patches to make, replica by replica in ordinal
+// order (templates in spec order within a replica). Each PVC appears once.
+func (d *Decision) Patches() []PVCPatch {
+	type keyed struct {
+		ordinal int32
+		patch   PVCPatch
+	}
+	var all []keyed
+	for _, td := range d.Templates {
+		for _, rd := range td.Replicas {
+			if rd.Patch != nil {
+				all = append(all, keyed{rd.Ordinal, *rd.Patch})
+			}
+		}
+	}
+	// Stable insertion sort by ordinal: the lists are short.
+	for i := 1; i < len(all); i++ {
+		for j := i; j > 0 && all[j].ordinal < all[j-1].ordinal; j-- {
+			all[j], all[j-1] = all[j-1], all[j]
+		}
+	}
+	out := make([]PVCPatch, len(all))
+	for i := range all {
+		out[i] = all[i].patch
+	}
+	return out
+}
+
+// RejectPatch records that the apiserver permanently refused the patch of
+// the named PVC (invalid, forbidden, quota). The replica becomes Failed with
+// a FailedToPatchPVC event. It returns false when no patch for that PVC was
+// planned.
+func (d *Decision) RejectPatch(pvcName, message string) bool {
+	for t := range d.Templates {
+		for r := range d.Templates[t].Replicas {
+			rd := &d.Templates[t].Replicas[r]
+			if rd.PVCName != pvcName || rd.Patch == nil {
+				continue
+			}
+			to := rd.Patch.To
+			rd.Patch = nil
+			rd.State, rd.Reason = Failed, ReasonPatchRejected
+			rd.Message = fmt.Sprintf("patching the request to %s failed: %s", &to, message)
+			rd.Event = &Event{Reason: EventFailedToPatchPVC,
+				Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message)}
+			return true
+		}
+	}
+	return false
+}
+
+// Count is how many replicas of a template are in each state.
+type Count struct {
+	Ready, Pending, Failed int32
+}
+
+// Count tallies the replicas of one template.
+func (td *TemplateDecision) Count() Count {
+	var c Count
+	for _, rd := range td.Replicas {
+		switch rd.State {
+		case Ready:
+			c.Ready++
+		case Failed:
+			c.Failed++
+		default:
+			c.Pending++
+		}
+	}
+	return c
+}
+
+// Status returns the feedback document for the decision. A template whose
+// replicas are all Ready is finished for the current generation; otherwise
+// it keeps the finished generation from the previous document, if any.
+// Status must not be called on a Deferred decision.
+func (d *Decision) Status() status.VolumeClaimTemplates {
+	out := status.VolumeClaimTemplates{ObservedGeneration: d.Generation, Templates: []status.Template{}}
+	for i := range d.Templates {
+		td := &d.Templates[i]
+		c := td.Count()
+		ts := status.Template{TemplateName: td.Name, ReadyReplicas: c.Ready, InfeasibleReplicas: c.Failed}
+		if c.Ready == d.DesiredReplicas {
+			ts.FinishedReconciliationGeneration = d.Generation
+		} else if prev := d.previous.Template(td.Name); prev != nil && prev.FinishedReconciliationGeneration <= d.Generation {
+			// A later generation than ours would be a copy from another
+			// object (for example an exported manifest): do not trust it.
+			ts.FinishedReconciliationGeneration = prev.FinishedReconciliationGeneration
+		}
+		ts.Message = failureMessage(td)
+		out.Templates = append(out.Templates, ts)
+	}
+	return out
+}
+
+func failureMessage(td *TemplateDecision) string {
+	var parts []string
+	more := 0
+	for _, rd := range td.Replicas {
+		if rd.State != Failed {
+			continue
+		}
+		if len(parts) == maxMessageEntries {
+			more++
+			continue
+		}
+		parts = append(parts, rd.PVCName+": "+rd.Message)
+	}
+	if more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more", more))
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,569 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
+)
+
+const (
+	ordered  = appsv1.OrderedReadyPodManagement
+	parallel = appsv1.ParallelPodManagement
+)
+
+var policies = []appsv1.PodManagementPolicyType{ordered, parallel}
+
+// KEP-661 Test Plan: "E2E tests for volume expansion of PVC associated with
+// statefulsets" and "A user increases the size of a PVC template with a
+// single replica StatefulSet. The resize goes through. While the resize is in
+// progress, the finishedReconciliationGeneration in the StatefulSet status
+// for that PVC template is not increased to the generation of the
+// StatefulSet."
+func TestKEP661_IncreaseSingleReplica_FinishedOnlyAfterResize(t *testing.T) {
+	for _, policy := range policies {
+		t.Run(string(policy), func(t *testing.T) {
+			w := newWorld(1, policy, "data=1Gi")
+			d := w.decide(t)
+			expect(t, "patches before the change", patches(d), nil)
+			expectStatus(t, d, "data", 1, 0, 1)
+
+			w.setTemplate("data", "2Gi") // generation 2
+			d = w.decide(t)
+			expect(t, "patches", patches(d), []string{"data-web-0:1Gi->2Gi"})
+			expectStatus(t, d, "data", 0, 0, 1)
+
+			w.apply(d)
+			d = w.decide(t)
+			expect(t, "patches while resizing", patches(d), nil)
+			expect(t, "reasons while resizing", reasons(d, "data"), []string{ReasonResizing})
+			expectStatus(t, d, "data", 0, 0, 1) // in progress: not finished for generation 2
+
+			w.finishResize("data-web-0")
+			d = w.decide(t)
+			expect(t, "reasons after resize", reasons(d, "data"), []string{ReasonResized})
+			expectStatus(t, d, "data", 1, 0, 2)
+		})
+	}
+}
+
+// KEP-661 Test Plan: "A user increases the size of a PVC template with
+// multiple replicas. For both monotonic and burst roll out strategies." and
+// "The readyReplicas in the StatefulSet status for that PVC template
+// increases as the PVCs are resized." — monotonic (OrderedReady): one replica
+// at a time, in ordinal order.
+func TestKEP661_IncreaseMultipleReplicas_Monotonic(t *testing.T) {
+	w := newWorld(3, ordered, "data=1Gi")
+	w.decide(t)
+	w.setTemplate("data", "2Gi")
+	for i := int32(0); i < 3; i++ {
+		d := w.decide(t)
+		expect(t, "patches", patches(d), []string{PVCName("data", testSTS, i) + ":1Gi->2Gi"})
+		expectStatus(t, d, "data", i, 0, 1)
+		w.apply(d)
+
+		// Replica i is resizing: replica i+1 must not be touched yet.
+		d = w.decide(t)
+		expect(t, "patches while replica is resizing", patches(d), nil)
+		want := append(repeat(ReasonResized, int(i)), ReasonResizing)
+		want = append(want, repeat(ReasonWaitingForPreviousReplica, int(2-i))...)
+		expect(t, "reasons", reasons(d, "data"), want)
+
+		w.finishResize(PVCName("data", testSTS, i))
+	}
+	d := w.decide(t)
+	expectStatus(t, d, "data", 3, 0, 2)
+	expect(t, "patches when done", patches(d), nil)
+}
+
+// KEP-661 Test Plan: "A user increases the size of a PVC template with
+// multiple replicas. For both monotonic and burst roll out strategies." and
+// "The readyReplicas ... increases as the PVCs are resized." — burst
+// (Parallel): every replica at once.
+func TestKEP661_IncreaseMultipleReplicas_Burst(t *testing.T) {
+	w := newWorld(3, parallel, "data=1Gi")
+	w.decide(t)
+	w.setTemplate("data", "2Gi")
+	d := w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-0:1Gi->2Gi", "data-web-1:1Gi->2Gi", "data-web-2:1Gi->2Gi"})
+	w.apply(d)
+	// Resizes finish out of order; readyReplicas follows.
+	for i, name := range []string{"data-web-2", "data-web-0", "data-web-1"} {
+		w.finishResize(name)
+		d = w.decide(t)
+		finished := int64(1)
+		if i == 2 {
+			finished = 2
+		}
+		expectStatus(t, d, "data", int32(i+1), 0, finished)
+		expect(t, "patches", patches(d), nil)
+	}
+}
+
+// KEP-661 Test Plan: "The resize (patching of the PVC object) begins only
+// once the replica is running. (We can simulate a restart to the replica by
+// changing one of its fields in its spec)". Running is enough; Ready is not
+// required (a readiness probe may wait for the space).
+func TestKEP661_PatchOnlyOnceReplicaIsRunning(t *testing.T) {
+	w := newWorld(3, parallel, "data=1Gi")
+	w.setTemplate("data", "2Gi")
+	w.pods["web-0"].Status.Phase = corev1.PodPending // restarting
+	w.pods["web-1"].DeletionTimestamp = &metav1.Time{}
+	w.pods["web-2"].Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	d := w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-2:1Gi->2Gi"})
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonPodNotRunning, ReasonPodTerminating, ReasonExpanding})
+
+	// The restarted replica comes back Running: now it is patched.
+	w.apply(d)
+	w.pods["web-0"].Status.Phase = corev1.PodRunning
+	d = w.decide(t)
+	expect(t, "patches after restart", patches(d), []string{"data-web-0:1Gi->2Gi"})
+
+	// A missing pod (scaled-in or deleted) is never patched either.
+	delete(w.pods, "web-1")
+	d = w.decide(t)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonExpanding, ReasonPodMissing, ReasonResizing})
+}
+
+// KEP-661 Test Plan: "Ensure statefulset controller revision works properly
+// after resize." Only pods at the update revision are reconciled; resizing
+// never touches the StatefulSet spec or revision (the plan only ever patches
+// PVCs), so a later rollout is unaffected, and pods rolled to the new
+// revision are reconciled as they arrive.
+func TestKEP661_ControllerRevisionAfterResize(t *testing.T) {
+	w := newWorld(2, ordered, "data=1Gi")
+	w.setTemplate("data", "2Gi")
+	w.sts.Status.UpdateRevision = "web-rev3" // a pod template rollout in progress
+	w.pods["web-1"].Labels[appsv1.StatefulSetRevisionLabel] = "web-rev3"
+	d := w.decide(t)
+	expect(t, "patches", patches(d), nil)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonPodNotUpdated, ReasonWaitingForPreviousReplica})
+
+	w.pods["web-0"].Labels[appsv1.StatefulSetRevisionLabel] = "web-rev3"
+	d = w.decide(t)
+	expect(t, "patches after rollout", patches(d), []string{"data-web-0:1Gi->2Gi"})
+	for _, p := range d.Patches() {
+		if p.Namespace != testNS || !strings.HasPrefix(p.Name, "data-") {
+			t.Errorf("patch outside the StatefulSet's PVCs: %+v", p)
+		}
+	}
+
+	// A StatefulSet the StatefulSet controller has not observed yet has a
+	// stale update revision: nothing is decided until it has.
+	w.sts.Generation++
+	d = w.decide(t)
+	if d.Deferred != DeferredNotObserved || len(d.Patches()) != 0 {
+		t.Errorf("unobserved generation: Deferred=%q patches=%v", d.Deferred, patches(d))
+	}
+}
+
+// KEP-661 Test Plan: "A user decreases the size of a PVC template. The user
+// should be able to successfully submit the modified StatefulSet. There
+// should be an error message (event) generated on the StatefulSet object
+// stating that the patching of the PVC object has failed. While in failed
+// state, the finishedReconciliationGeneration ... is not increased ... and the
+// readyReplicas field stays at 0. When increasing the size of the PVC
+// template back to its original size, the error should be resolved and the
+// finishedReconciliationGeneration ... should be increased to the generation
+// of the StatefulSet and the readyReplicas field should be updated to the
+// number of replicas in the StatefulSet." — with "For monotonic, the
+// StatefulSet reconciliation should stay stuck on the first replica" and
+// "For burst, the StatefulSet reconciliation should continue to the next
+// replica".
+func TestKEP661_DecreaseTemplate_ReportedThenResolved(t *testing.T) {
+	for _, tc := range []struct {
+		policy         appsv1.PodManagementPolicyType
+		wantReasons    []string
+		wantEvents     []string
+		wantInfeasible int32
+	}{
+		{ordered,
+			[]string{ReasonNotRaisedByController, ReasonWaitingForPreviousReplica, ReasonWaitingForPreviousReplica},
+			[]string{"FailedToPatchPVC:data-web-0"}, 1},
+		{parallel,
+			[]string{ReasonNotRaisedByController, ReasonNotRaisedByController, ReasonNotRaisedByController},
+			[]string{"FailedToPatchPVC:data-web-0", "FailedToPatchPVC:data-web-1", "FailedToPatchPVC:data-web-2"}, 3},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			w := newWorld(3, tc.policy, "data=2Gi")
+			w.decide(t)
+			w.setTemplate("data", "1Gi")
+			d := w.decide(t)
+			expect(t, "patches", patches(d), nil) // never lower a PVC we did not raise
+			expect(t, "reasons", reasons(d, "data"), tc.wantReasons)
+			expect(t, "events", events(d), tc.wantEvents)
+			expectStatus(t, d, "data", 0, tc.wantInfeasible, 1)
+			if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "data-web-0") {
+				t.Errorf("status message %q does not name the PVC", msg)
+			}
+
+			w.setTemplate("data", "2Gi") // back to the original size
+			d = w.decide(t)
+			expect(t, "events after restore", events(d), nil)
+			expectStatus(t, d, "data", 3, 0, w.sts.Generation)
+			if msg := templateStatus(t, d, "data").Message; msg != "" {
+				t.Errorf("message after restore = %q, want empty", msg)
+			}
+		})
+	}
+}
+
+// KEP-661 Test Plan: "The same scenario should be tested for having multiple
+// PVC templates. ... after trying to decrease the size of one of the PVC
+// templates, its finishedReconciliationGeneration ... is not increased ...
+// and the readyReplicas field stays at 0. But for the other PVC template, its
+// finishedReconciliationGeneration ... is increased to the generation of the
+// StatefulSet, and the readyReplicas field is updated to the number of
+// replicas" — "The same test should be done for monotonic and burst roll out
+// strategies." Templates are reconciled independently: a template that cannot
+// proceed does not hold back another one.
+func TestKEP661_DecreaseOneOfMultipleTemplates(t *testing.T) {
+	for _, policy := range policies {
+		t.Run(string(policy), func(t *testing.T) {
+			w := newWorld(2, policy, "data=2Gi", "logs=1Gi")
+			w.decide(t)
+			w.setTemplate("data", "1Gi") // decrease: generation 2
+			w.setTemplate("logs", "3Gi") // increase: generation 3
+			for i := 0; i < 4; i++ {     // enough rounds for OrderedReady
+				d := w.decide(t)
+				w.apply(d)
+				for _, p := range d.Patches() {
+					if strings.HasPrefix(p.Name, "data-") {
+						t.Fatalf("decreased template's PVC patched: %+v", p)
+					}
+					w.finishResize(p.Name)
+				}
+			}
+			d := w.decide(t)
+			expectStatus(t, d, "logs", 2, 0, 3)
+			ts := templateStatus(t, d, "data")
+			if ts.ReadyReplicas != 0 || ts.FinishedReconciliationGeneration != 1 {
+				t.Errorf("decreased template: %+v, want readyReplicas 0 and finished 1", ts)
+			}
+		})
+	}
+}
+
+// KEP-661 Test Plan: "For monotonic, the StatefulSet reconciliation should
+// stay stuck on the first replica when it encounters the patching error."
+// Here the error is the apiserver rejecting the patch (e.g. quota): with
+// OrderedReady nothing beyond the failing replica is planned.
+func TestKEP661_PatchErrorMonotonic_StuckOnFirstReplica(t *testing.T) {
+	w := newWorld(3, ordered, "data=1Gi")
+	w.setTemplate("data", "2Gi")
+	d := w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-0:1Gi->2Gi"})
+	if !d.RejectPatch("data-web-0", `persistentvolumeclaims "data-web-0" is forbidden: exceeded quota`) {
+		t.Fatal("RejectPatch found no planned patch")
+	}
+	expect(t, "patches after rejection", patches(d), nil)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonPatchRejected, ReasonWaitingForPreviousReplica, ReasonWaitingForPreviousReplica})
+	expect(t, "events", events(d), []string{"FailedToPatchPVC:data-web-0"})
+	expectStatus(t, d, "data", 0, 1, 0)
+	if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "exceeded quota") {
+		t.Errorf("message %q lacks the apiserver's error", msg)
+	}
+	if d.RejectPatch("data-web-1", "x") {
+		t.Error("RejectPatch accepted a PVC without a planned patch")
+	}
+}
+
+// KEP-661 Test Plan: "For burst, the StatefulSet reconciliation should
+// continue to the next replica when it encounters the patching error."
+func TestKEP661_PatchErrorBurst_ContinuesToNextReplica(t *testing.T) {
+	w := newWorld(3, parallel, "data=1Gi")
+	w.setTemplate("data", "2Gi")
+	d := w.decide(t)
+	d.RejectPatch("data-web-0", "invalid")
+	expect(t, "patches after rejection", patches(d), []string{"data-web-1:1Gi->2Gi", "data-web-2:1Gi->2Gi"})
+	expect(t, "events", events(d), []string{"FailedToPatchPVC:data-web-0"})
+	expectStatus(t, d, "data", 0, 1, 0)
+}
+
+// KEP-661 Test Plan: "Test resize failure recovery after KEP 1790 has been
+// implemented." The driver says OutOfRange; the failure is surfaced on the
+// StatefulSet; OrderedReady stops there; the user lowers the template to a
+// size above the capacity and the PVC we raised is lowered (recovery).
+func TestKEP661_RecoveryFromInfeasibleExpansion(t *testing.T) {
+	w := newWorld(2, ordered, "data=1Gi")
+	w.setTemplate("data", "10Gi")
+	d := w.decide(t)
+	w.apply(d)
+	w.markInfeasible("data-web-0", corev1.PersistentVolumeClaimControllerResizeInfeasible,
+		corev1.PersistentVolumeClaimControllerResizeError, "OutOfRange", "requested 10Gi exceeds the pool's 8Gi")
+
+	d = w.decide(t)
+	expect(t, "patches while infeasible", patches(d), nil)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonResizeInfeasible, ReasonWaitingForPreviousReplica})
+	expect(t, "events", events(d), []string{"VolumeResizeInfeasible:data-web-0"})
+	ev := d.Templates[0].Replicas[0].Event.Message
+	if !strings.Contains(ev, "data-web-0") || !strings.Contains(ev, "OutOfRange: requested 10Gi exceeds the pool's 8Gi") {
+		t.Errorf("event message %q lacks the PVC or the driver message", ev)
+	}
+	expectStatus(t, d, "data", 0, 1, 0)
+
+	// Lowering to the capacity or below is not a recovery: refused.
+	w.setTemplate("data", "1Gi")
+	d = w.decide(t)
+	expect(t, "patches to capacity", patches(d), nil)
+	expect(t, "reasons", reasons(d, "data")[:1], []string{ReasonShrinkBelowCapacity})
+
+	// Lowering above the capacity recovers, keeping the original size.
+	w.setTemplate("data", "5Gi")
+	d = w.decide(t)
+	expect(t, "recovery patch", patches(d), []string{"data-web-0:10Gi->5Gi"})
+	p := d.Patches()[0]
+	if !p.Decrease() || p.Annotations[AnnotationPreResizeStorage] != "1Gi" || p.Annotations[AnnotationResizedStorage] != "5Gi" {
+		t.Errorf("recovery patch %+v", p)
+	}
+	w.apply(d)
+	w.finishResize("data-web-0")
+	d = w.decide(t)
+	expect(t, "next replica", patches(d), []string{"data-web-1:1Gi->5Gi"})
+	expectStatus(t, d, "data", 1, 0, 0)
+}
+
+// KEP-661 "Errors When Patching The PVC Object": "The storage class of the
+// volume we're trying to resize doesn't allow for expansions." Known from the
+// StorageClass, so reported without a doomed API call.
+func TestKEP661_StorageClassWithoutExpansion(t *testing.T) {
+	w := newWorld(2, parallel, "data=1Gi")
+	w.pvcs["data-web-0"].Spec.StorageClassName = ptr.To(fixedSC)
+	w.pvcs["data-web-1"].Spec.StorageClassName = ptr.To("not-in-cache")
+	w.setTemplate("data", "2Gi")
+	d := w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-1:1Gi->2Gi"}) // unknown class: the apiserver decides
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonExpansionNotAllowed, ReasonExpanding})
+	expect(t, "events", events(d), []string{"FailedToPatchPVC:data-web-0"})
+	if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "StorageClass fixed does not allow volume expansion") {
+		t.Errorf("message %q", msg)
+	}
+}
+
+// KEP-661 "Errors When Patching The PVC Object": "The volume we're trying to
+// resize is not bound" — and a running pod without its PVC.
+func TestKEP661_PVCNotBoundOrMissing(t *testing.T) {
+	w := newWorld(2, parallel, "data=1Gi")
+	w.setTemplate("data", "2Gi")
+	w.pvcs["data-web-0"].Status.Phase = corev1.ClaimPending
+	delete(w.pvcs, "data-web-1")
+	d := w.decide(t)
+	expect(t, "patches", patches(d), nil)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonPVCNotBound, ReasonPVCMissing})
+}
+
+// DESIGN §3 rule 2: a PVC a person raised above the template is never
+// lowered, even when lowering would be allowed by the API; once a person
+// changes a request we raised, it is theirs.
+func TestRule2_NeverLowerWhatAPersonRaised(t *testing.T) {
+	w := newWorld(1, parallel, "data=1Gi")
+	w.setTemplate("data", "4Gi")
+	d := w.decide(t)
+	w.apply(d)
+	// A person raises it further while the expansion is still pending.
+	w.pvcs["data-web-0"].Spec.Resources.Requests[corev1.ResourceStorage] = resourceMust("8Gi")
+	w.setTemplate("data", "2Gi")
+	d = w.decide(t)
+	expect(t, "patches", patches(d), nil)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonNotRaisedByController})
+
+	// Raising again: the episode restarts from the person's size.
+	w.setTemplate("data", "16Gi")
+	d = w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-0:8Gi->16Gi"})
+	if pre := d.Patches()[0].Annotations[AnnotationPreResizeStorage]; pre != "8Gi" {
+		t.Errorf("pre-resize annotation %q, want 8Gi", pre)
+	}
+}
+
+// Annotations on the first and on a later patch of the same episode.
+func TestPatchAnnotations(t *testing.T) {
+	w := newWorld(1, parallel, "data=1Gi")
+	w.setTemplate("data", "2Gi")
+	d := w.decide(t)
+	p := d.Patches()[0]
+	want := map[string]string{AnnotationStatefulSet: testSTS, AnnotationPreResizeStorage: "1Gi", AnnotationResizedStorage: "2Gi"}
+	for k, v := range want {
+		if p.Annotations[k] != v {
+			t.Errorf("first patch annotation %s=%q, want %q", k, p.Annotations[k], v)
+		}
+	}
+	if p.ResourceVersion != "1" || p.Decrease() {
+		t.Errorf("first patch %+v", p)
+	}
+	w.apply(d)
+	w.setTemplate("data", "3Gi")
+	d = w.decide(t)
+	if pre := d.Patches()[0].Annotations[AnnotationPreResizeStorage]; pre != "1Gi" {
+		t.Errorf("second raise of the same episode: pre-resize %q, want 1Gi", pre)
+	}
+}
+
+// DESIGN §3 / issue: a StatefulSet deleted with --cascade=orphan and
+// re-created (new UID, generation 1) with a bigger template is the same
+// workload: its orphaned or re-adopted pods and existing PVCs are resized.
+func TestOrphanRecreateIsTheSameWorkload(t *testing.T) {
+	w := newWorld(2, ordered, "data=1Gi")
+	w.decide(t)
+	// Re-created object: new UID, generation 1, our annotation gone.
+	w.sts.UID = "uid-2"
+	w.sts.Generation, w.sts.Status.ObservedGeneration = 1, 1
+	w.sts.Annotations = nil
+	w.sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage] = resourceMust("2Gi")
+	w.pods["web-0"].OwnerReferences = nil // not adopted yet
+	w.pods["web-1"].OwnerReferences[0].UID = "uid-2"
+	d := w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-0:1Gi->2Gi"})
+
+	// A pod with the right name controlled by something else is not ours.
+	w.pods["web-0"].OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "other", Controller: ptr.To(true)}}
+	d = w.decide(t)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonPodNotOwned, ReasonWaitingForPreviousReplica})
+	// Nor is one whose labels do not match the selector.
+	w.pods["web-0"].OwnerReferences = nil
+	w.pods["web-0"].Labels["app"] = "other"
+	d = w.decide(t)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonPodNotOwned, ReasonWaitingForPreviousReplica})
+}
+
+// KEP-1790 states and conditions as the resizer and kubelet write them.
+func TestInfeasibilityDetection(t *testing.T) {
+	cases := []struct {
+		name       string
+		state      corev1.ClaimResourceStatus
+		cond       corev1.PersistentVolumeClaimConditionType
+		code, msg  string
+		wantReason string
+		wantDetail string
+	}{
+		{"controller infeasible", corev1.PersistentVolumeClaimControllerResizeInfeasible, corev1.PersistentVolumeClaimControllerResizeError,
+			"OutOfRange", "too big", ReasonResizeInfeasible, "OutOfRange: too big"},
+		{"node infeasible", corev1.PersistentVolumeClaimNodeResizeInfeasible, corev1.PersistentVolumeClaimNodeResizeError,
+			"", "resize2fs failed", ReasonResizeInfeasible, "resize2fs failed"},
+		{"infeasible code in condition only (legacy resizer)", "", corev1.PersistentVolumeClaimControllerResizeError,
+			"InvalidArgument", "bad size", ReasonResizeInfeasible, "InvalidArgument: bad size"},
+		{"final but not infeasible error: still resizing", corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Internal", "boom", ReasonResizing, "Internal: boom"},
+		{"transient error: still resizing", corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Uncertain", "timeout", ReasonResizing, "Uncertain: timeout"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(1, parallel, "data=1Gi")
+			w.setTemplate("data", "2Gi")
+			w.apply(w.decide(t))
+			w.markInfeasible("data-web-0", tc.state, tc.cond, tc.code, tc.msg)
+			d := w.decide(t)
+			rd := d.Templates[0].Replicas[0]
+			if rd.Reason != tc.wantReason || !strings.Contains(rd.Message, tc.wantDetail) {
+				t.Errorf("got %s %q, want %s containing %q", rd.Reason, rd.Message, tc.wantReason, tc.wantDetail)
+			}
+			if (rd.Event != nil) != (tc.wantReason == ReasonResizeInfeasible) {
+				t.Errorf("event = %+v", rd.Event)
+			}
+		})
+	}
+}
+
+// KEP-661 Test Plan, feature disabled: "No change to existing StatefulSet
+// functionality" — when templates and PVCs agree there is nothing to do, and
+// a StatefulSet without templates only gets an empty status.
+func TestNoChangeWhenNothingToDo(t *testing.T) {
+	w := newWorld(3, ordered, "data=1Gi", "logs=5Gi")
+	d := w.decide(t)
+	expect(t, "patches", patches(d), nil)
+	expect(t, "events", events(d), nil)
+	expectStatus(t, d, "data", 3, 0, 1)
+	expectStatus(t, d, "logs", 3, 0, 1)
+
+	w = newWorld(2, parallel)
+	d = w.decide(t)
+	if st := d.Status(); len(st.Templates) != 0 || st.ObservedGeneration != 1 {
+		t.Errorf("status %+v", st)
+	}
+}
+
+func TestReplicaCountsAndOrdinals(t *testing.T) {
+	// Scaled to zero: nothing to reconcile, finished (KEP: reconciled when
+	// scaled up again, which bumps the generation).
+	w := newWorld(0, ordered, "data=1Gi")
+	w.setTemplate("data", "2Gi")
+	d := w.decide(t)
+	expectStatus(t, d, "data", 0, 0, 2)
+
+	// spec.replicas unset means 1.
+	w = newWorld(1, ordered, "data=1Gi")
+	w.sts.Spec.Replicas = nil
+	d = w.decide(t)
+	expectStatus(t, d, "data", 1, 0, 1)
+
+	// spec.ordinals.start shifts pod and PVC names.
+	w = newWorld(0, parallel, "data=1Gi")
+	w.sts.Spec.Replicas = ptr.To[int32](2)
+	w.sts.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: 5}
+	w.addReplica(5)
+	w.addReplica(6)
+	w.setTemplate("data", "2Gi")
+	d = w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-5:1Gi->2Gi", "data-web-6:1Gi->2Gi"})
+
+	// Pods beyond spec.replicas (scale-in in progress) are ignored.
+	w = newWorld(3, parallel, "data=1Gi")
+	w.sts.Spec.Replicas = ptr.To[int32](2)
+	w.setTemplate("data", "2Gi")
+	d = w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-0:1Gi->2Gi", "data-web-1:1Gi->2Gi"})
+}
+
+func TestStatusMessageIsBounded(t *testing.T) {
+	w := newWorld(5, parallel, "data=1Gi")
+	w.sts.Spec.VolumeClaimTemplates[0].Spec.StorageClassName = ptr.To(fixedSC)
+	for _, pvc := range w.pvcs {
+		pvc.Spec.StorageClassName = ptr.To(fixedSC)
+	}
+	w.setTemplate("data", "2Gi")
+	d := w.decide(t)
+	msg := templateStatus(t, d, "data").Message
+	if strings.Count(msg, "does not allow volume expansion") != maxMessageEntries || !strings.HasSuffix(msg, "and 2 more") {
+		t.Errorf("message %q", msg)
+	}
+}
+
+func TestPreviousStatusIsOnlyTrustedForThisObject(t *testing.T) {
+	w := newWorld(1, parallel, "data=1Gi")
+	w.setTemplate("data", "2Gi") // generation 2
+	// A document copied from an object with a later generation.
+	value, _ := status.VolumeClaimTemplates{ObservedGeneration: 9, Templates: []status.Template{
+		{TemplateName: "data", ReadyReplicas: 1, FinishedReconciliationGeneration: 2},
+	}}.Encode()
+	w.sts.Annotations = map[string]string{status.Annotation: value}
+	d := w.decide(t)
+	expectStatus(t, d, "data", 0, 0, 0)
+
+	// An unparsable document is ours to rewrite.
+	w.sts.Annotations[status.Annotation] = "{"
+	d = w.decide(t)
+	expectStatus(t, d, "data", 0, 0, 0)
+}
+
+func TestInvalidSelectorIsDeferred(t *testing.T) {
+	w := newWorld(1, parallel, "data=1Gi")
+	w.sts.Spec.Selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Bogus"}}}
+	if d := Decide(w.input()); d.Deferred != DeferredInvalidSelector {
+		t.Errorf("Deferred = %q", d.Deferred)
+	}
+}
+
+func TestTemplateWithoutSize(t *testing.T) {
+	w := newWorld(1, parallel, "data=1Gi")
+	delete(w.sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests, corev1.ResourceStorage)
+	d := w.decide(t)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonNoSizeInTemplate})
+	expect(t, "patches", patches(d), nil)
+}

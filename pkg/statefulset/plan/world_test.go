@@ -1,0 +1,294 @@
+package plan
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
+)
+
+// world is a small simulated cluster for scenario tests: one StatefulSet
+// "web" in namespace "ns", its pods and PVCs, and StorageClasses. Its helper
+// methods play the other actors: the user (template edits), the StatefulSet
+// controller (observedGeneration, revisions), the apiserver (applying our
+// patches) and the resizer (capacity and KEP-1790 state).
+type world struct {
+	sts  *appsv1.StatefulSet
+	pods map[string]*corev1.Pod
+	pvcs map[string]*corev1.PersistentVolumeClaim
+	scs  map[string]*storagev1.StorageClass
+}
+
+const (
+	testNS       = "ns"
+	testSTS      = "web"
+	testRevision = "web-rev2"
+	expandableSC = "expandable"
+	fixedSC      = "fixed"
+)
+
+// newWorld builds a StatefulSet whose templates (name=size pairs) all
+// match their PVCs: every pod Running at the update revision, every PVC
+// Bound with request = capacity = template size.
+func newWorld(replicas int32, policy appsv1.PodManagementPolicyType, templates ...string) *world {
+	w := &world{
+		sts: &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: testSTS, UID: "uid-1", Generation: 1},
+			Spec: appsv1.StatefulSetSpec{
+				Replicas:            ptr.To(replicas),
+				PodManagementPolicy: policy,
+				Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{"app": testSTS}},
+			},
+			Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, UpdateRevision: testRevision, CurrentRevision: testRevision},
+		},
+		pods: map[string]*corev1.Pod{},
+		pvcs: map[string]*corev1.PersistentVolumeClaim{},
+		scs: map[string]*storagev1.StorageClass{
+			expandableSC: {ObjectMeta: metav1.ObjectMeta{Name: expandableSC}, AllowVolumeExpansion: ptr.To(true)},
+			fixedSC:      {ObjectMeta: metav1.ObjectMeta{Name: fixedSC}},
+		},
+	}
+	for _, t := range templates {
+		name, size, _ := strings.Cut(t, "=")
+		w.sts.Spec.VolumeClaimTemplates = append(w.sts.Spec.VolumeClaimTemplates, corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: ptr.To(expandableSC),
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+			},
+		})
+	}
+	for ordinal := int32(0); ordinal < replicas; ordinal++ {
+		w.addReplica(ordinal)
+	}
+	return w
+}
+
+func (w *world) addReplica(ordinal int32) {
+	podName := PodName(testSTS, ordinal)
+	w.pods[podName] = &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: podName, UID: types.UID("pod-uid-" + podName),
+			Labels: map[string]string{"app": testSTS, appsv1.StatefulSetRevisionLabel: testRevision},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: testSTS,
+				UID: w.sts.UID, Controller: ptr.To(true)}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	for _, tmpl := range w.sts.Spec.VolumeClaimTemplates {
+		size := tmpl.Spec.Resources.Requests[corev1.ResourceStorage]
+		name := PVCName(tmpl.Name, testSTS, ordinal)
+		w.pvcs[name] = &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, ResourceVersion: "1",
+				Labels: map[string]string{"app": testSTS}},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: ptr.To(expandableSC),
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size.DeepCopy()}},
+			},
+			Status: corev1.PersistentVolumeClaimStatus{
+				Phase:    corev1.ClaimBound,
+				Capacity: corev1.ResourceList{corev1.ResourceStorage: size.DeepCopy()},
+			},
+		}
+	}
+}
+
+func (w *world) input() Input {
+	return Input{StatefulSet: w.sts, Pods: w.pods, PVCs: w.pvcs, StorageClasses: w.scs}
+}
+
+// decide runs Decide and, like the controller, stores the status annotation
+// on the StatefulSet so the next decision sees it.
+func (w *world) decide(t *testing.T) *Decision {
+	t.Helper()
+	in := w.input()
+	before := snapshot(in)
+	d := Decide(in)
+	if after := snapshot(in); after != before {
+		t.Fatalf("Decide mutated its input")
+	}
+	if d.Deferred == "" {
+		value, err := d.Status().Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.sts.Annotations == nil {
+			w.sts.Annotations = map[string]string{}
+		}
+		w.sts.Annotations[status.Annotation] = value
+	}
+	return d
+}
+
+func snapshot(in Input) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%#v", *in.StatefulSet)
+	for _, name := range sortedKeys(in.Pods) {
+		fmt.Fprintf(&b, "%#v", *in.Pods[name])
+	}
+	for _, name := range sortedKeys(in.PVCs) {
+		fmt.Fprintf(&b, "%#v %s", *in.PVCs[name], in.PVCs[name].Spec.Resources.Requests.Storage())
+	}
+	return b.String()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}
+
+// setTemplate is the user changing a template size (in place, or by
+// delete --cascade=orphan + re-apply); the StatefulSet controller observes it
+// at once and, since the pod template did not change, keeps the revision.
+func (w *world) setTemplate(name, size string) {
+	for i := range w.sts.Spec.VolumeClaimTemplates {
+		if w.sts.Spec.VolumeClaimTemplates[i].Name == name {
+			w.sts.Spec.VolumeClaimTemplates[i].Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(size)
+		}
+	}
+	w.sts.Generation++
+	w.sts.Status.ObservedGeneration = w.sts.Generation
+}
+
+// apply is the apiserver accepting our patches.
+func (w *world) apply(d *Decision) {
+	for _, p := range d.Patches() {
+		pvc := w.pvcs[p.Name]
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = p.To.DeepCopy()
+		if pvc.Annotations == nil {
+			pvc.Annotations = map[string]string{}
+		}
+		for k, v := range p.Annotations {
+			pvc.Annotations[k] = v
+		}
+	}
+}
+
+// finishResize is the resizer completing the expansion of the named PVCs.
+func (w *world) finishResize(names ...string) {
+	for _, name := range names {
+		pvc := w.pvcs[name]
+		pvc.Status.Capacity[corev1.ResourceStorage] = pvc.Spec.Resources.Requests.Storage().DeepCopy()
+		pvc.Status.AllocatedResourceStatuses = nil
+		pvc.Status.Conditions = nil
+	}
+}
+
+// markInfeasible is the resizer reporting a KEP-1790 infeasible expansion.
+func (w *world) markInfeasible(name string, state corev1.ClaimResourceStatus, cond corev1.PersistentVolumeClaimConditionType, code, message string) {
+	pvc := w.pvcs[name]
+	if state != "" {
+		pvc.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: state}
+	}
+	pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests.Storage().DeepCopy()}
+	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: cond, Status: corev1.ConditionTrue, Reason: code, Message: message}}
+}
+
+// patches renders the decision's patches as "pvc:from->to".
+func patches(d *Decision) []string {
+	var out []string
+	for _, p := range d.Patches() {
+		out = append(out, fmt.Sprintf("%s:%s->%s", p.Name, &p.From, &p.To))
+	}
+	return out
+}
+
+// reasons renders a template's replica reasons in ordinal order.
+func reasons(d *Decision, template string) []string {
+	for _, td := range d.Templates {
+		if td.Name == template {
+			var out []string
+			for _, rd := range td.Replicas {
+				out = append(out, rd.Reason)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+// events renders the decision's events as "Reason:pvc".
+func events(d *Decision) []string {
+	var out []string
+	for _, td := range d.Templates {
+		for _, rd := range td.Replicas {
+			if rd.Event != nil {
+				out = append(out, rd.Event.Reason+":"+rd.PVCName)
+			}
+		}
+	}
+	return out
+}
+
+func templateStatus(t *testing.T, d *Decision, name string) status.Template {
+	t.Helper()
+	st := d.Status()
+	ts := st.Template(name)
+	if ts == nil {
+		t.Fatalf("no status for template %s in %+v", name, st)
+	}
+	return *ts
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func expect(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !equalStrings(got, want) {
+		t.Errorf("%s:\n got  %q\n want %q", what, got, want)
+	}
+}
+
+func expectStatus(t *testing.T, d *Decision, template string, ready, infeasible int32, finished int64) {
+	t.Helper()
+	ts := templateStatus(t, d, template)
+	if ts.ReadyReplicas != ready || ts.InfeasibleReplicas != infeasible || ts.FinishedReconciliationGeneration != finished {
+		t.Errorf("status of %s: ready=%d infeasible=%d finished=%d (message %q); want ready=%d infeasible=%d finished=%d",
+			template, ts.ReadyReplicas, ts.InfeasibleReplicas, ts.FinishedReconciliationGeneration, ts.Message,
+			ready, infeasible, finished)
+	}
+}
+
+func pvcNames(template string, ordinals ...int32) []string {
+	var out []string
+	for _, o := range ordinals {
+		out = append(out, PVCName(template, testSTS, o))
+	}
+	return out
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
