@@ -78,8 +78,9 @@ func NewRecorder(driver string) *Recorder {
 			Subsystem: subsystem,
 			Name:      "expansion_duration_seconds",
 			Help:      "Time from first seeing a PVC request above its capacity until the expansion is done or has failed, retries included.",
-			// 1s .. ~9h: cloud disks take seconds, stuck expansions hours.
-			Buckets:        metrics.ExponentialBuckets(1, 2.5, 13),
+			// 1s .. 8h: cloud disks take seconds, stuck expansions hours. 3600 is a boundary
+			// because the CSIResizerExpansionSlow alert asks "longer than an hour".
+			Buckets:        []float64{1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800},
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"driver_name", "result"}),
 	}
