@@ -465,11 +465,15 @@ func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.Per
 	if plan.Recovery {
 		c.remember(key, func(m *claimMemory) { m.recovery = true })
 	}
-	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, true, c.cfg.Legacy, c.now())
+	// A target at or below the current capacity (the user cancelled back to it) leaves the node
+	// nothing to do: the kubelet only expands when the PV is above status.capacity.
+	pvcCap := pvc.Status.Capacity[v1.ResourceStorage]
+	nodeRequired := plan.Target.Cmp(pvcCap) > 0
+	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, nodeRequired, c.cfg.Legacy, c.now())
 	if _, err := c.writeStatus(ctx, key, pvc, done, true); err != nil {
 		return err
 	}
-	c.expansionSucceeded(key, pvc, plan, plan.Target, true)
+	c.expansionSucceeded(key, pvc, plan, plan.Target, nodeRequired)
 	return nil
 }
 

@@ -100,11 +100,16 @@ func PlanExpansion(o Observed) Plan {
 		// growing the volume to alloc, so alloc is the only safe target (Cases 3, 4, 5).
 		return target(o, allocOr(o, o.Spec), "previous expansion may still be in progress: keeping the allocated size")
 
-	default:
+	case "":
 		if o.Spec.Cmp(o.PVCCap) <= 0 {
 			return Plan{Action: Nothing, Why: "spec is not above status.capacity"}
 		}
 		return target(o, o.Spec, "new expansion: following spec")
+
+	default:
+		// A state this resizer does not know (a newer kubelet's?) is neither finished nor known
+		// to have failed: the expansion to alloc may still be going on, so only alloc is safe.
+		return target(o, allocOr(o, o.Spec), fmt.Sprintf("unknown state %q: keeping the allocated size", o.State))
 	}
 }
 

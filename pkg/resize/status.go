@@ -64,6 +64,9 @@ func ExpandedStatus(st v1.PersistentVolumeClaimStatus, p Plan, newSize resource.
 		if !legacy {
 			setAllocated(&st, p.Target, v1.PersistentVolumeClaimNodeResizePending)
 		}
+		// A node error from an earlier attempt (Case 2) is history once the node gets a new
+		// target.
+		st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimNodeResizeError)
 		st.Conditions = setCondition(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending, ReasonNodeExpansionNeeded,
 			fmt.Sprintf("waiting for the node to expand the file system to %s", newSize.String()), now, false)
 		return st
