@@ -6,8 +6,8 @@
 #
 # The binaries land in
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/csi-resizer/k8s-<version>-<hash>/bin
-# where <hash> covers every build input (go.mod, go.sum, the *.go files of
-# test/k8s-bins, this script and `go version`), so a change of any of them
+# where <hash> covers every build input (go.mod, go.sum, the non-test *.go
+# files of test/k8s-bins, this script and `go version`), so a change of any of them
 # builds into a new directory and an unchanged tree never rebuilds. The cold
 # build takes ~10 min on 2 cores; a warm call returns at once.
 #
@@ -33,7 +33,7 @@ fi
 inputs_hash() {
   {
     go version
-    (cd "$src" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort | while read -r f; do
+    (cd "$src" && find . \( -name '*.go' ! -name '*_test.go' \) -o -name go.mod -o -name go.sum | LC_ALL=C sort | while read -r f; do
       printf '%s\n' "$f"
       cat "$f"
     done)
@@ -62,6 +62,8 @@ complete() {
 }
 
 if complete; then
+  # Last-use stamp for the pruning below.
+  touch "$bin/.complete" 2>/dev/null || true
   echo "$bin"
   exit 0
 fi
@@ -100,7 +102,9 @@ start=$(date +%s)
   # The nested module is not vendored (the main module is): override any
   # GOFLAGS=-mod=vendor from the caller. readonly, not mod: go.sum is
   # committed and complete, and a build must never rewrite it.
-  export GOFLAGS=-mod=readonly GOWORK=off CGO_ENABLED=0
+  # -buildvcs=false: the binaries must depend only on the hashed inputs,
+  # not on the state of the enclosing git checkout.
+  export GOFLAGS="-mod=readonly -buildvcs=false" GOWORK=off CGO_ENABLED=0
   go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -114,4 +118,12 @@ done
 touch "$tmp/.complete"
 mv "$tmp" "$bin"
 echo "build-k8s-bins: built in $(( $(date +%s) - start ))s" >&2
+
+# Each change of the inputs leaves the previous ~300 MB set behind; drop sets
+# nobody used for a week (warm calls refresh the stamp).
+find "$cache_root" -mindepth 3 -maxdepth 3 -path '*/k8s-*/bin/.complete' -mtime +7 2>/dev/null |
+  while read -r stale; do
+    stale_dir=$(dirname "$(dirname "$stale")")
+    [[ "$stale_dir" != "$dir" ]] && rm -rf "$stale_dir"
+  done
 echo "$bin"

@@ -177,6 +177,12 @@ func replayJournal(path string, svc service.Service) (int, error) {
 		if err := replay(svc, e.Request); err != nil {
 			return n, fmt.Errorf("replay %s %s: %w", e.Method, e.Request, err)
 		}
+		if e.Method == "ControllerUnpublishVolume" {
+			req := &csi.ControllerUnpublishVolumeRequest{}
+			if err := protojson.Unmarshal(e.Request, protoadapt.MessageV2Of(req)); err == nil {
+				afterVolumeCall(e.Method, req)
+			}
+		}
 		n++
 	}
 	return n, sc.Err()

@@ -29,6 +29,7 @@ import (
 	"os/signal"
 	"path"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -191,7 +192,7 @@ func (w *wrapper) intercept(ctx context.Context, req any, info *grpc.UnaryServer
 		// capability; a real node-only driver would not.
 		err = status.Error(codes.Unimplemented, "controller expansion is not supported by this driver")
 	default:
-		resp, err = handler(ctx, req)
+		resp, err = w.callService(ctx, method, req, handler)
 	}
 
 	if err == nil {
@@ -203,4 +204,41 @@ func (w *wrapper) intercept(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	w.logCall(method, start, req, resp, err, injected)
 	return resp, err
+}
+
+// volMu serialises the calls that read or write the mock's exported
+// MockVolumes map, so the fix-up below cannot race with the service.
+var volMu sync.Mutex
+
+// volumeCalls are the calls that touch service.MockVolumes.
+var volumeCalls = map[string]bool{
+	"CreateVolume": true, "DeleteVolume": true, "ControllerPublishVolume": true,
+	"ControllerUnpublishVolume": true, "ControllerExpandVolume": true,
+}
+
+// callService runs the real handler, serialised for volume calls.
+func (w *wrapper) callService(ctx context.Context, method string, req any, handler grpc.UnaryHandler) (any, error) {
+	if !volumeCalls[method] {
+		return handler(ctx, req)
+	}
+	volMu.Lock()
+	defer volMu.Unlock()
+	resp, err := handler(ctx, req)
+	if err == nil {
+		afterVolumeCall(method, req)
+	}
+	return resp, err
+}
+
+// afterVolumeCall fixes up what the mock service itself leaves wrong: its
+// ControllerUnpublishVolume does not clear ISControllerPublished, so an
+// offline-only volume would stay "published" (FAILED_PRECONDITION) forever.
+// Callers hold volMu.
+func afterVolumeCall(method string, req any) {
+	if r, ok := req.(*csi.ControllerUnpublishVolumeRequest); ok && method == "ControllerUnpublishVolume" {
+		if v, found := service.MockVolumes[r.GetVolumeId()]; found {
+			v.ISControllerPublished = false
+			service.MockVolumes[r.GetVolumeId()] = v
+		}
+	}
 }
