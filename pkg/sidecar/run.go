@@ -2,6 +2,8 @@ package sidecar
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -156,8 +158,22 @@ func run(ctx context.Context, opts *Options) error {
 		factory.Start(ctx.Done())
 		runErr <- ctrl.Run(ctx, opts.Workers)
 	}
-	// The lease name is upstream's, so an upgrade from external-resizer keeps one leader.
-	go leaderelection.RunWithLeaderElection(ctx, config, *opts.Common, runController, "external-resizer-"+driver.Name, mux, true)
+	if opts.Common.LeaderElection {
+		le, err := newLeaderElection(ctx, config, opts, driver.Name, runController)
+		if err != nil {
+			return err
+		}
+		if opts.HTTPAddress() != "" {
+			le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
+		}
+		go func() {
+			if err := le.Run(); err != nil {
+				runErr <- fmt.Errorf("leader election: %w", err)
+			}
+		}()
+	} else {
+		go runController(ctx)
+	}
 	select {
 	case err := <-runErr:
 		return err
@@ -189,3 +205,41 @@ func slimObject(obj any) (any, error) {
 }
 
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// newLeaderElection builds csi-lib-utils' Lease-based leader election. The Lease name is
+// upstream's (external-resizer-<driver>), so an upgrade from external-resizer keeps one
+// leader. The identity is the host name plus a random suffix: csi-lib-utils' default, the host
+// name alone, lets two resizers on one host (or one with a reused pod name) both believe they
+// lead.
+func newLeaderElection(ctx context.Context, config *rest.Config, opts *Options, driverName string, run func(context.Context)) (interface {
+	PrepareHealthCheck(leaderelection.Server, time.Duration)
+	Run() error
+}, error) {
+	// A client of its own, so a throttled controller cannot starve lease renewals.
+	leClient, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("creating the leader election client: %w", err)
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("reading the host name for the leader identity: %w", err)
+	}
+	le := leaderelection.NewLeaderElection(leClient, "external-resizer-"+driverName, run)
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return nil, fmt.Errorf("reading randomness for the leader identity: %w", err)
+	}
+	le.WithIdentity(host + "_" + hex.EncodeToString(suffix))
+	if opts.Common.LeaderElectionNamespace != "" {
+		le.WithNamespace(opts.Common.LeaderElectionNamespace)
+	}
+	if len(opts.Common.LeaderElectionLabels) > 0 {
+		le.WithLabels(opts.Common.LeaderElectionLabels)
+	}
+	le.WithLeaseDuration(opts.Common.LeaderElectionLeaseDuration)
+	le.WithRenewDeadline(opts.Common.LeaderElectionRenewDeadline)
+	le.WithRetryPeriod(opts.Common.LeaderElectionRetryPeriod)
+	le.WithReleaseOnCancel(true)
+	le.WithContext(ctx)
+	return le, nil
+}
