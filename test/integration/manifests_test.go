@@ -1,0 +1,327 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/csi-resizer/csi-resizer/test/framework"
+)
+
+// manifestRender is one render of deploy/kubernetes: a kustomization of the repository, or a
+// wrapper kustomization written for the test that uses the namespace-agnostic bases the way a
+// user does (with `namespace:`), since those bases do not apply on their own.
+type manifestRender struct {
+	name string
+	// dir is a kustomization directory relative to deploy/kubernetes; empty when wrapper is set.
+	dir string
+	// wrapper is the body of a kustomization.yaml written to a temp dir, with @DEPLOY@ standing
+	// for deploy/kubernetes relative to it (kustomize wants relative paths); files are more
+	// files for that dir.
+	wrapper string
+	files   map[string]string
+	// want is the number of objects per kind.
+	want map[string]int
+}
+
+// A stand-in for a CSI driver's controller, to which the generic sidecar component is applied.
+const driverController = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: example-csi-controller
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: example-csi-controller}
+  template:
+    metadata:
+      labels: {app: example-csi-controller}
+    spec:
+      containers:
+      - name: csi-driver
+        image: registry.example/example-csi-driver:v1
+        args: ["--endpoint=unix:///csi/csi.sock"]
+        volumeMounts:
+        - {name: socket-dir, mountPath: /csi}
+      volumes:
+      - name: socket-dir
+        emptyDir: {}
+`
+
+var manifestRenders = []manifestRender{
+	{
+		name: "rbac with controller-expand-secrets",
+		wrapper: `namespace: csi-driver
+resources:
+- @DEPLOY@/rbac
+components:
+- @DEPLOY@/rbac/controller-expand-secrets
+`,
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1},
+	},
+	{
+		name: "sidecar component on a driver Deployment, with its metrics Service",
+		wrapper: `namespace: csi-driver
+resources:
+- driver-controller.yaml
+- @DEPLOY@/monitoring/csi-resizer-service
+components:
+- @DEPLOY@/sidecar
+images:
+- name: registry.example/csi-resizer
+  newTag: v0.0.0-test
+`,
+		files: map[string]string{"driver-controller.yaml": driverController},
+		want:  map[string]int{"Deployment": 1, "Service": 1},
+	},
+	{
+		name: "sidecar/examples/csi-hostpath",
+		dir:  "sidecar/examples/csi-hostpath",
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Service": 1, "StatefulSet": 1},
+	},
+	{
+		name: "statefulset-resizer",
+		wrapper: `namespace: csi-resizer-system
+resources:
+- @DEPLOY@/statefulset-resizer
+`,
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1, "Service": 1},
+	},
+	{
+		name: "monitoring",
+		wrapper: `namespace: monitoring
+resources:
+- @DEPLOY@/monitoring
+`,
+		want: map[string]int{"ServiceMonitor": 2, "PrometheusRule": 1},
+	},
+}
+
+// TestManifestsServerSideDryRun renders every base and overlay of deploy/kubernetes and sends
+// the result through `kubectl apply --dry-run=server`: the real kube-apiserver runs defaulting,
+// validation and admission on each object (volumeMounts naming existing volumes, named probe
+// ports, binding subjects with namespaces, the securityContext combination, ...). The
+// ServiceMonitor and PrometheusRule kinds are served by the stand-in CRDs of
+// testdata/monitoring-crds.yaml, so the monitoring base is validated too (schema at the top
+// level only).
+func TestManifestsServerSideDryRun(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := filepath.Join(root, "deploy", "kubernetes")
+	// csi-driver-host-path's driver container is privileged, which kube-apiserver refuses
+	// unless allowed (real clusters allow it; the default of the flag is false).
+	cluster := framework.StartCluster(t, framework.ClusterOptions{APIServerArgs: []string{"--allow-privileged=true"}})
+
+	kubectl(t, cluster, "apply", "--server-side", "-f", filepath.Join(root, "test", "integration", "testdata", "monitoring-crds.yaml"))
+	kubectl(t, cluster, "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
+	for _, ns := range []string{"csi-driver", "csi-resizer-system", "monitoring"} {
+		kubectl(t, cluster, "create", "namespace", ns)
+	}
+
+	for _, r := range manifestRenders {
+		t.Run(r.name, func(t *testing.T) {
+			manifests := render(t, cluster, deploy, r)
+			if got := countKinds(manifests); !equalCounts(got, r.want) {
+				t.Fatalf("render has %v, want %v:\n%s", got, r.want, manifests)
+			}
+			out := dryRun(t, cluster, manifests)
+			applied := strings.Fields(out)
+			if want := total(r.want); len(applied) != want {
+				t.Errorf("dry-run applied %d objects, want %d:\n%s", len(applied), want, out)
+			}
+			t.Logf("server-side dry-run accepted: %s", strings.Join(applied, " "))
+		})
+	}
+}
+
+// TestManifestsRBACEffective applies the shipped RBAC for real and asks the authorizer, as each
+// ServiceAccount, for what the binaries do and for what they must not be able to do. This
+// checks the bindings (subjects, namespaces, roleRefs), which the unit test of the role rules
+// (deploy/kubernetes/rbac_test.go) cannot.
+func TestManifestsRBACEffective(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy := filepath.Join(root, "deploy", "kubernetes")
+	cluster := framework.StartCluster(t, framework.ClusterOptions{})
+	for _, ns := range []string{"csi-driver", "csi-resizer-system", "elsewhere"} {
+		kubectl(t, cluster, "create", "namespace", ns)
+	}
+	for _, r := range manifestRenders {
+		if r.name != "rbac with controller-expand-secrets" && r.name != "statefulset-resizer" {
+			continue
+		}
+		kubectlInput(t, cluster, render(t, cluster, deploy, r), "apply", "-f", "-")
+	}
+
+	const sidecar = "system:serviceaccount:csi-driver:csi-resizer"
+	const controller = "system:serviceaccount:csi-resizer-system:statefulset-resizer"
+	cases := []struct {
+		as, ns, verb, resource, subresource string
+		want                                bool
+	}{
+		// csi-resizer sidecar
+		{sidecar, "", "watch", "persistentvolumes", "", true},
+		{sidecar, "", "patch", "persistentvolumes", "", true},
+		{sidecar, "", "update", "persistentvolumes", "", false},
+		{sidecar, "", "delete", "persistentvolumes", "", false},
+		{sidecar, "app", "watch", "persistentvolumeclaims", "", true},
+		{sidecar, "app", "patch", "persistentvolumeclaims", "status", true},
+		{sidecar, "app", "update", "persistentvolumeclaims", "status", false},
+		{sidecar, "app", "patch", "persistentvolumeclaims", "", false},
+		{sidecar, "app", "update", "persistentvolumeclaims", "", false},
+		{sidecar, "app", "list", "pods", "", true},
+		{sidecar, "app", "delete", "pods", "", false},
+		{sidecar, "app", "create", "events", "", true},
+		{sidecar, "app", "patch", "events", "", true},
+		{sidecar, "app", "get", "secrets", "", true}, // the controller-expand-secrets component
+		{sidecar, "app", "list", "secrets", "", false},
+		{sidecar, "csi-driver", "get", "leases.coordination.k8s.io", "", true},
+		{sidecar, "csi-driver", "create", "leases.coordination.k8s.io", "", true},
+		{sidecar, "csi-driver", "update", "leases.coordination.k8s.io", "", true},
+		{sidecar, "elsewhere", "update", "leases.coordination.k8s.io", "", false},
+		{sidecar, "app", "patch", "statefulsets.apps", "", false},
+		// statefulset-resizer
+		{controller, "app", "watch", "statefulsets.apps", "", true},
+		{controller, "app", "patch", "statefulsets.apps", "", true},
+		{controller, "app", "update", "statefulsets.apps", "", false},
+		{controller, "app", "patch", "persistentvolumeclaims", "", true},
+		{controller, "app", "patch", "persistentvolumeclaims", "status", false},
+		{controller, "app", "delete", "persistentvolumeclaims", "", false},
+		{controller, "app", "watch", "pods", "", true},
+		{controller, "app", "delete", "pods", "", false},
+		{controller, "", "watch", "storageclasses.storage.k8s.io", "", true},
+		{controller, "", "patch", "storageclasses.storage.k8s.io", "", false},
+		{controller, "", "patch", "persistentvolumes", "", false},
+		{controller, "app", "create", "events", "", true},
+		{controller, "app", "get", "secrets", "", false},
+		{controller, "csi-resizer-system", "update", "leases.coordination.k8s.io", "", true},
+		{controller, "elsewhere", "update", "leases.coordination.k8s.io", "", false},
+	}
+	for _, c := range cases {
+		args := []string{"auth", "can-i", c.verb, c.resource, "--as=" + c.as}
+		if c.subresource != "" {
+			args = append(args, "--subresource="+c.subresource)
+		}
+		if c.ns != "" {
+			args = append(args, "--namespace="+c.ns)
+		}
+		// can-i exits 1 for "no": read the answer, not the exit code.
+		out, err := cluster.Kubectl(t, args...)
+		answer := strings.TrimSpace(out)
+		if answer != "yes" && answer != "no" {
+			t.Errorf("kubectl %s: %q, %v", strings.Join(args, " "), out, err)
+			continue
+		}
+		if got := answer == "yes"; got != c.want {
+			what := c.resource
+			if c.subresource != "" {
+				what += "/" + c.subresource
+			}
+			t.Errorf("%s may %s %s in namespace %q: %v, want %v", c.as, c.verb, what, c.ns, got, c.want)
+		}
+	}
+}
+
+func render(t *testing.T, cluster *framework.Cluster, deploy string, r manifestRender) string {
+	t.Helper()
+	dir := filepath.Join(deploy, r.dir)
+	if r.wrapper != "" {
+		dir = t.TempDir()
+		rel, err := filepath.Rel(dir, deploy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := strings.ReplaceAll(r.wrapper, "@DEPLOY@", filepath.ToSlash(rel))
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range r.files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out, err := cluster.Kubectl(t, "kustomize", dir)
+	if err != nil {
+		t.Fatalf("render %s: %v", r.name, err)
+	}
+	return out
+}
+
+// dryRun applies manifests with --dry-run=server. Right after a CRD is established kubectl's
+// discovery may not know its kinds yet, so "no matches for kind" is retried for a while.
+func dryRun(t *testing.T, cluster *framework.Cluster, manifests string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := cluster.KubectlWithInput(t, manifests, "apply", "--dry-run=server", "-o", "name", "-f", "-")
+		if err == nil {
+			return out
+		}
+		if time.Now().After(deadline) || !strings.Contains(err.Error(), "no matches for kind") {
+			t.Fatalf("server-side dry-run rejected the render: %v\n%s\n--- render:\n%s", err, out, manifests)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func kubectl(t *testing.T, cluster *framework.Cluster, args ...string) string {
+	t.Helper()
+	out, err := cluster.Kubectl(t, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out
+}
+
+func kubectlInput(t *testing.T, cluster *framework.Cluster, stdin string, args ...string) string {
+	t.Helper()
+	out, err := cluster.KubectlWithInput(t, stdin, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out
+}
+
+var topLevelKind = regexp.MustCompile(`(?m)^kind: (\S+)$`)
+
+func countKinds(manifests string) map[string]int {
+	got := map[string]int{}
+	for _, m := range topLevelKind.FindAllStringSubmatch(manifests, -1) {
+		got[m[1]]++
+	}
+	return got
+}
+
+func equalCounts(a, b map[string]int) bool {
+	return fmt.Sprint(sortedCounts(a)) == fmt.Sprint(sortedCounts(b))
+}
+
+func sortedCounts(m map[string]int) []string {
+	var s []string
+	for k, v := range m {
+		s = append(s, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(s)
+	return s
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
