@@ -83,12 +83,18 @@ type Controller struct {
 	claims map[string]*claimMemory
 }
 
+// maxOwnVersions bounds the resourceVersions remembered per PVC: a few syncs' worth, in case
+// echoes arrive late, without growing when some never arrive (a relist skips versions).
+const maxOwnVersions = 8
+
 // claimMemory is what the controller remembers about one PVC between syncs. It is dropped when
 // the PVC is deleted (rule 10), and losing it in a restart changes no decision.
 type claimMemory struct {
-	// ownVersion is the resourceVersion of the controller's last write to the PVC, so the
-	// update event of that write is not processed again.
-	ownVersion string
+	// ownVersions are the resourceVersions of the controller's latest writes to the PVC, oldest
+	// first, so the update events of those writes are not processed again. One sync writes
+	// up to two versions, and the watch may deliver the echo of the first after the second
+	// was written, so remembering only the last one is not enough.
+	ownVersions []string
 	// since is when the current expansion was first seen, for the duration histogram.
 	since time.Time
 	// failureObserved: the histogram already has this expansion's failure.
@@ -500,7 +506,12 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 		from := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]
 		to := st.AllocatedResourceStatuses[v1.ResourceStorage]
 		c.cfg.Metrics.Transition(from, to)
-		c.remember(key, func(m *claimMemory) { m.ownVersion = out.ResourceVersion })
+		c.remember(key, func(m *claimMemory) {
+			m.ownVersions = append(m.ownVersions, out.ResourceVersion)
+			if len(m.ownVersions) > maxOwnVersions {
+				m.ownVersions = m.ownVersions[len(m.ownVersions)-maxOwnVersions:]
+			}
+		})
 	}
 	return out, nil
 }

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"slices"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -99,7 +101,7 @@ func (c *Controller) isOwnWrite(key, resourceVersion string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m, ok := c.claims[key]
-	return ok && m.ownVersion == resourceVersion
+	return ok && slices.Contains(m.ownVersions, resourceVersion)
 }
 
 // memory returns a copy of what is remembered about a PVC.
