@@ -87,6 +87,10 @@ type Controller struct {
 // echoes arrive late, without growing when some never arrive (a relist skips versions).
 const maxOwnVersions = 8
 
+// staleCacheRetry is how soon a PVC is looked at again when the informer cache has not yet
+// caught up with the controller's own latest write.
+const staleCacheRetry = 100 * time.Millisecond
+
 // claimMemory is what the controller remembers about one PVC between syncs. It is dropped when
 // the PVC is deleted (rule 10), and losing it in a restart changes no decision.
 type claimMemory struct {
@@ -221,6 +225,13 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	if err != nil {
 		return 0, err
+	}
+	if c.isStale(key, pvc.ResourceVersion) {
+		// The cache holds an older version written by this controller, and not yet its latest
+		// write: deciding on it would repeat the step that write recorded (call the driver
+		// again, send the event again). Look again once the cache has caught up.
+		klog.FromContext(ctx).V(4).Info("The informer cache is behind the controller's own write; retrying shortly", "pvc", key, "resourceVersion", pvc.ResourceVersion)
+		return staleCacheRetry, nil
 	}
 	pv, ok := c.volumeOf(pvc)
 	if !ok {

@@ -104,6 +104,19 @@ func (c *Controller) isOwnWrite(key, resourceVersion string) bool {
 	return ok && slices.Contains(m.ownVersions, resourceVersion)
 }
 
+// isStale reports whether resourceVersion is an older write of this controller than its latest
+// one, i.e. the informer cache has not caught up with the controller's own writes yet.
+func (c *Controller) isStale(key, resourceVersion string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.claims[key]
+	if !ok || len(m.ownVersions) == 0 {
+		return false
+	}
+	i := slices.Index(m.ownVersions, resourceVersion)
+	return i >= 0 && i < len(m.ownVersions)-1
+}
+
 // memory returns a copy of what is remembered about a PVC.
 func (c *Controller) memory(key string) claimMemory {
 	c.mu.Lock()
