@@ -14,7 +14,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -97,7 +98,17 @@ func (t *Tracker) InUse(namespace, claim string) bool {
 }
 
 func (t *Tracker) newInformer() cache.SharedIndexInformer {
-	lw := cache.NewListWatchFromClient(t.client.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, fields.Everything())
+	// The typed client, as the generated informers use it: it works with every
+	// kubernetes.Interface, where CoreV1().RESTClient() exists only in the REST-backed one.
+	pods := t.client.CoreV1().Pods(metav1.NamespaceAll)
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return pods.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return pods.Watch(ctx, opts)
+		},
+	}, t.client)
 	inf := cache.NewSharedIndexInformer(lw, &v1.Pod{}, 0, cache.Indexers{claimIndex: claimsOfPod})
 	_ = inf.SetTransform(slimPod)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
