@@ -66,7 +66,7 @@ bench-smoke: ## a small run of every benchmark, so they cannot rot
 	bash hack/build-k8s-bins.sh >/dev/null
 	BENCH_SMOKE=1 $(GO) test -tags integration -count=1 -timeout 20m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
-manifests-check: ## kustomize-render every deploy/ base and server-side dry-run it against a real apiserver
+manifests-check: ## kustomize-render and check every deploy/ base (the server-side dry-run is TestManifests* in test-integration)
 	bash hack/manifests-check.sh
 
 lint-dockerfile: ## static checks of the Dockerfile (no Docker engine needed)

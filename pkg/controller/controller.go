@@ -295,7 +295,11 @@ func (c *Controller) slowRetryWait(key string, pvc *v1.PersistentVolumeClaim, ob
 		c.slow.Remove(key)
 		return 0
 	}
-	if !c.cfg.Legacy && obs.State == v1.PersistentVolumeClaimControllerResizeInfeasible && (obs.Alloc == nil || obs.Alloc.Cmp(obs.Spec) != 0) {
+	// Where the plan follows spec (a controller failure, or a node failure on a node-only
+	// driver), a new request is the user's answer to the failure: no reason to wait.
+	followsSpec := obs.State == v1.PersistentVolumeClaimControllerResizeInfeasible ||
+		(obs.State == v1.PersistentVolumeClaimNodeResizeInfeasible && obs.NodeOnly)
+	if !c.cfg.Legacy && followsSpec && (obs.Alloc == nil || obs.Alloc.Cmp(obs.Spec) != 0) {
 		c.slow.Remove(key)
 		return 0
 	}
