@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -99,6 +100,11 @@ type claimMemory struct {
 	// up to two versions, and the watch may deliver the echo of the first after the second
 	// was written, so remembering only the last one is not enough.
 	ownVersions []string
+	// writing: a status write is under way, and its resourceVersion is not known yet.
+	writing bool
+	// held are the resourceVersions of updates seen while writing, to be told apart from the
+	// write's own echo once it returns.
+	held []string
 	// since is when the current expansion was first seen, for the duration histogram.
 	since time.Time
 	// failureObserved: the histogram already has this expansion's failure.
@@ -513,7 +519,28 @@ func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.Persis
 // writeStatus patches the PVC status, counts the state transition and remembers the written
 // version so its update event is not processed again.
 func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus, guard bool) (*v1.PersistentVolumeClaim, error) {
+	// The echo of this write can reach the update handler before the write returns its
+	// resourceVersion: until then the handler holds the updates it sees (see claimUpdated).
+	c.remember(key, func(m *claimMemory) { m.writing = true })
 	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, guard)
+	requeue := false
+	c.remember(key, func(m *claimMemory) {
+		m.writing = false
+		if err == nil && out != pvc {
+			m.ownVersions = append(m.ownVersions, out.ResourceVersion)
+			if len(m.ownVersions) > maxOwnVersions {
+				m.ownVersions = m.ownVersions[len(m.ownVersions)-maxOwnVersions:]
+			}
+		}
+		for _, rv := range m.held {
+			requeue = requeue || !slices.Contains(m.ownVersions, rv)
+		}
+		m.held = nil
+	})
+	if requeue {
+		// Someone else changed the PVC while this write was under way.
+		c.queue.Add(key)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -521,12 +548,6 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 		from := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]
 		to := st.AllocatedResourceStatuses[v1.ResourceStorage]
 		c.cfg.Metrics.Transition(from, to)
-		c.remember(key, func(m *claimMemory) {
-			m.ownVersions = append(m.ownVersions, out.ResourceVersion)
-			if len(m.ownVersions) > maxOwnVersions {
-				m.ownVersions = m.ownVersions[len(m.ownVersions)-maxOwnVersions:]
-			}
-		})
 	}
 	return out, nil
 }

@@ -41,7 +41,7 @@ func (c *Controller) claimUpdated(oldObj, newObj any) {
 	key, _ := cache.MetaNamespaceKeyFunc(pvc)
 	// The echo of the controller's own status write carries nothing new: processing it again
 	// is how upstream ends up calling the driver twice for one failure.
-	if oldPVC.ResourceVersion != pvc.ResourceVersion && c.isOwnWrite(key, pvc.ResourceVersion) {
+	if oldPVC.ResourceVersion != pvc.ResourceVersion && c.isOwnWriteOrHeld(key, pvc.ResourceVersion) {
 		return
 	}
 	if !needsWork(pvc) {
@@ -97,11 +97,24 @@ func (c *Controller) enqueue(pvc *v1.PersistentVolumeClaim) {
 	}
 }
 
-func (c *Controller) isOwnWrite(key, resourceVersion string) bool {
+// isOwnWriteOrHeld reports whether an update is the echo of the controller's own write, or
+// cannot be told apart from one yet because a write is under way; such an update is held
+// and queued by writeStatus when it turns out to be someone else's.
+func (c *Controller) isOwnWriteOrHeld(key, resourceVersion string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m, ok := c.claims[key]
-	return ok && slices.Contains(m.ownVersions, resourceVersion)
+	if !ok {
+		return false
+	}
+	if slices.Contains(m.ownVersions, resourceVersion) {
+		return true
+	}
+	if m.writing {
+		m.held = append(m.held, resourceVersion)
+		return true
+	}
+	return false
 }
 
 // isStale reports whether resourceVersion is an older write of this controller than its latest
