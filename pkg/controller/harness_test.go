@@ -32,18 +32,18 @@ const (
 
 // setup describes one controller under test.
 type setup struct {
-	driver             csitest.Options
-	legacy             bool
-	handleInUse        bool
-	noAnnotate         bool
-	retryStart         time.Duration
-	retryMax           time.Duration
-	callTimeout        time.Duration
-	workers            int
-	watchDelay         time.Duration
-	objects            []runtime.Object
-	responses          []csitest.Response
-	defaultResponse    *csitest.Response
+	driver          csitest.Options
+	legacy          bool
+	handleInUse     bool
+	noAnnotate      bool
+	retryStart      time.Duration
+	retryMax        time.Duration
+	callTimeout     time.Duration
+	workers         int
+	watchDelay      time.Duration
+	objects         []runtime.Object
+	responses       []csitest.Response
+	defaultResponse *csitest.Response
 }
 
 // env is a running controller: informers over the fake clientset, the CSI driver on a real
