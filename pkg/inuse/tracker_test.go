@@ -1,0 +1,162 @@
+package inuse
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/csi-resizer/csi-resizer/pkg/internal/kubetest"
+)
+
+func pod(ns, name string, phase v1.PodPhase, claims ...string) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name),
+			Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"big": "value"}},
+		Spec: v1.PodSpec{
+			Containers: []v1.Container{{Name: "app", Image: "example", Env: []v1.EnvVar{{Name: "A", Value: "B"}}}},
+			Volumes:    []v1.Volume{{Name: "tmp", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}},
+		},
+		Status: v1.PodStatus{Phase: phase, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}},
+	}
+	for _, c := range claims {
+		p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "v-" + c, VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
+	}
+	return p
+}
+
+// released collects the keys passed to onRelease.
+type released struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (r *released) add(keys []string) {
+	r.mu.Lock()
+	r.keys = append(r.keys, keys...)
+	r.mu.Unlock()
+}
+
+func (r *released) has(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.keys, key)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+}
+
+func TestTracker(t *testing.T) {
+	kube := kubetest.NewClientset([]runtime.Object{
+		pod("a", "running", v1.PodRunning, "data", "logs"),
+		pod("a", "pending", v1.PodPending, "queued"),
+		pod("a", "done", v1.PodSucceeded, "finished"),
+		pod("a", "crashed", v1.PodFailed, "failed"),
+		pod("b", "other-ns", v1.PodRunning, "elsewhere"),
+	})
+	life, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rel := &released{}
+	tr := New(life, kube, rel.add)
+
+	// Lazy: nothing is watched, and nothing is known, until the first Start.
+	if tr.Started() || tr.InUse("a", "data") {
+		t.Fatal("the tracker watches pods before it was started")
+	}
+	if n := len(kube.Actions()); n != 0 {
+		t.Fatalf("%d API requests before Start", n)
+	}
+	if err := tr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v := kube.Verbs(); v["list pods"] != 1 || v["watch pods"] != 1 || len(v) != 2 {
+		t.Errorf("API requests after two Starts: %v, want one list and one watch of pods", v)
+	}
+
+	for _, tc := range []struct {
+		ns, claim string
+		want      bool
+	}{
+		{"a", "data", true},
+		{"a", "logs", true},
+		{"a", "queued", true}, // a pending pod may already have the volume attached
+		{"a", "finished", false},
+		{"a", "failed", false},
+		{"a", "elsewhere", false},
+		{"b", "elsewhere", true},
+		{"a", "unused", false},
+	} {
+		if got := tr.InUse(tc.ns, tc.claim); got != tc.want {
+			t.Errorf("InUse(%s, %s) = %v, want %v", tc.ns, tc.claim, got, tc.want)
+		}
+	}
+
+	// The cache keeps only what the check reads.
+	for _, obj := range tr.informer.GetStore().List() {
+		p := obj.(*v1.Pod)
+		if len(p.Spec.Containers) != 0 || p.Labels != nil || p.Annotations != nil || len(p.Status.Conditions) != 0 {
+			t.Errorf("cached pod %s/%s is not slim: %+v", p.Namespace, p.Name, p)
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				t.Errorf("cached pod %s/%s keeps a non-PVC volume %s", p.Namespace, p.Name, v.Name)
+			}
+		}
+	}
+
+	// A pod that finishes or goes away releases its claims.
+	err := kube.Mutate(kubetest.Pods, "a", "running", func(o runtime.Object) { o.(*v1.Pod).Status.Phase = v1.PodSucceeded })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a/data to be released", func() bool { return rel.has("a/data") && rel.has("a/logs") })
+	if tr.InUse("a", "data") {
+		t.Error("a/data in use after its pod succeeded")
+	}
+	if err := kube.Delete(kubetest.Pods, "b", "other-ns"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b/elsewhere to be released", func() bool { return rel.has("b/elsewhere") })
+	if tr.InUse("b", "elsewhere") {
+		t.Error("b/elsewhere in use after its pod was deleted")
+	}
+	// A new pod makes a claim used again.
+	if err := kube.Add(pod("a", "new", v1.PodRunning, "finished")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a/finished to be in use", func() bool { return tr.InUse("a", "finished") })
+	if rel.has("a/queued") || rel.has("a/finished") {
+		t.Errorf("released keys %v include claims whose pods did not let go", rel.keys)
+	}
+}
+
+func TestTrackerStartGivesUp(t *testing.T) {
+	kube := kubetest.NewClientset(nil)
+	// The informer's lifetime has ended: it can never sync.
+	life, cancel := context.WithCancel(context.Background())
+	cancel()
+	tr := New(life, kube, nil)
+	ctx, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	if err := tr.Start(ctx); err == nil {
+		t.Fatal("Start returned nil although the informer cannot sync")
+	}
+}
