@@ -22,7 +22,9 @@ var (
 	t1 = metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 9, 0, time.UTC))
 )
 
-func storage(q string) v1.ResourceList { return v1.ResourceList{v1.ResourceStorage: resource.MustParse(q)} }
+func storage(q string) v1.ResourceList {
+	return v1.ResourceList{v1.ResourceStorage: resource.MustParse(q)}
+}
 
 func states(s v1.ClaimResourceStatus) map[v1.ResourceName]v1.ClaimResourceStatus {
 	return map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: s}
