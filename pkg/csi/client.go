@@ -53,7 +53,7 @@ func Connect(ctx context.Context, address string, timeout time.Duration, mm csim
 		connection.WithTimeout(timeout),
 		connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
 	if err != nil {
-		return nil, fmt.Errorf("no CSI driver answered on %s within %s (is the driver running and the socket volume mounted?): %w", address, timeout, err)
+		return nil, fmt.Errorf("no CSI driver answered on --csi-address %s within --timeout %s (is the driver running and the socket volume mounted?): %w", address, timeout, err)
 	}
 	return conn, nil
 }

@@ -119,8 +119,10 @@ func TestConnectMissingSocket(t *testing.T) {
 	if err == nil {
 		t.Fatal("Connect to a missing socket succeeded")
 	}
-	if !strings.Contains(err.Error(), addr) {
-		t.Errorf("error %q does not name the address", err)
+	for _, want := range []string{addr, "--csi-address", "--timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Connect gave up after %s, want about the 500ms timeout", d)
