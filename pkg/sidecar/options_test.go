@@ -1,0 +1,136 @@
+package sidecar
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+// defaults parses an empty command line, as the binary does.
+func defaults(t *testing.T) *Options {
+	t.Helper()
+	// standardflags registers --metrics-path on the global flag set: give it a fresh one, as
+	// Main does, so this can run more than once.
+	saved := flag.CommandLine
+	flag.CommandLine = flag.NewFlagSet("test-global", flag.ContinueOnError)
+	t.Cleanup(func() { flag.CommandLine = saved })
+	fs := flag.NewFlagSet("csi-resizer", flag.ContinueOnError)
+	o := AddFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	// Detach from the global configuration so cases do not see each other's changes.
+	common := *o.Common
+	o.Common = &common
+	return o
+}
+
+func TestFlagDefaults(t *testing.T) {
+	saved := flag.CommandLine
+	flag.CommandLine = flag.NewFlagSet("test-global", flag.ContinueOnError)
+	defer func() { flag.CommandLine = saved }()
+	fs := flag.NewFlagSet("csi-resizer", flag.ContinueOnError)
+	AddFlags(fs)
+	for name, want := range upstreamDefaults {
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("flag --%s is not defined", name)
+			continue
+		}
+		if f.DefValue != want {
+			t.Errorf("--%s default = %q, want %q", name, f.DefValue, want)
+		}
+	}
+}
+
+// upstreamDefaults are the external-resizer's flags and defaults (DESIGN §2.1), as
+// flag.FlagSet prints them.
+var upstreamDefaults = map[string]string{
+	"csi-address":                    "/run/csi/socket",
+	"kubeconfig":                     "",
+	"master":                         "",
+	"timeout":                        "10s",
+	"workers":                        "10",
+	"resync-period":                  "10m0s",
+	"retry-interval-start":           "1s",
+	"retry-interval-max":             "5m0s",
+	"handle-volume-inuse-error":      "true",
+	"leader-election":                "false",
+	"leader-election-namespace":      "",
+	"leader-election-lease-duration": "15s",
+	"leader-election-renew-deadline": "10s",
+	"leader-election-retry-period":   "5s",
+	"leader-election-labels":         "map[]",
+	"kube-api-qps":                   "5",
+	"kube-api-burst":                 "10",
+	"http-endpoint":                  "",
+	"metrics-address":                "",
+	"metrics-path":                   "/metrics",
+	"feature-gates":                  "",
+	"extra-modify-metadata":          "false",
+	"version":                        "false",
+}
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Options)
+		// want are substrings of the error; none = valid.
+		want []string
+	}{
+		{name: "defaults", change: func(*Options) {}},
+		{name: "zero workers", change: func(o *Options) { o.Workers = 0 }, want: []string{"--workers"}},
+		{name: "negative workers", change: func(o *Options) { o.Workers = -3 }, want: []string{"--workers", "-3"}},
+		{name: "zero timeout", change: func(o *Options) { o.Timeout = 0 }, want: []string{"--timeout"}},
+		{name: "zero retry start", change: func(o *Options) { o.RetryIntervalStart = 0 }, want: []string{"--retry-interval-start"}},
+		{name: "retry start above max", change: func(o *Options) { o.RetryIntervalStart, o.RetryIntervalMax = time.Minute, 30*time.Second },
+			want: []string{"--retry-interval-start", "--retry-interval-max"}},
+		{name: "retry start equal to max", change: func(o *Options) { o.RetryIntervalStart, o.RetryIntervalMax = time.Minute, time.Minute }},
+		{name: "both endpoints", change: func(o *Options) { o.Common.HttpEndpoint, o.Common.MetricsAddress = ":8080", ":8081" },
+			want: []string{"--http-endpoint", "--metrics-address"}},
+		{name: "http endpoint only", change: func(o *Options) { o.Common.HttpEndpoint = ":8080" }},
+		{name: "metrics address only", change: func(o *Options) { o.Common.MetricsAddress = ":8080" }},
+		{name: "zero qps", change: func(o *Options) { o.Common.KubeAPIQPS = 0 }, want: []string{"--kube-api-qps"}},
+		{name: "zero burst", change: func(o *Options) { o.Common.KubeAPIBurst = 0 }, want: []string{"--kube-api-burst"}},
+		{name: "empty csi address", change: func(o *Options) { o.Common.CSIAddress = "" }, want: []string{"--csi-address"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := defaults(t)
+			tc.change(o)
+			err := o.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want an error naming %v", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate() = %q, does not name %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("Validate() = %q, want one line", err)
+			}
+		})
+	}
+}
+
+func TestHTTPAddress(t *testing.T) {
+	o := defaults(t)
+	if a := o.HTTPAddress(); a != "" {
+		t.Errorf("HTTPAddress() = %q by default, want off", a)
+	}
+	o.Common.MetricsAddress = ":9000"
+	if a := o.HTTPAddress(); a != ":9000" {
+		t.Errorf("HTTPAddress() = %q with --metrics-address, want :9000", a)
+	}
+	o.Common.MetricsAddress, o.Common.HttpEndpoint = "", ":9100"
+	if a := o.HTTPAddress(); a != ":9100" {
+		t.Errorf("HTTPAddress() = %q with --http-endpoint, want :9100", a)
+	}
+}
