@@ -103,41 +103,53 @@ func RepoRoot() (string, error) {
 	return repoRoot.dir, repoRoot.err
 }
 
-var productBins struct {
+// productBuilds holds one build per product binary, so a binary that does
+// not compile yet does not block tests of the other.
+var productBuilds struct {
+	mu     sync.Mutex
+	dir    string
+	dirErr error
+	byName map[string]*productBuild
+}
+
+type productBuild struct {
 	once sync.Once
-	dir  string
+	path string
 	err  error
 }
 
-// productCommands are the product binaries BuildResizer builds, if their
-// package exists.
-var productCommands = []string{"csi-resizer", "statefulset-resizer"}
-
-// BuildResizer builds ./cmd/csi-resizer (and ./cmd/statefulset-resizer when
-// it exists) once per test binary with -mod=vendor and returns the path of
-// the csi-resizer binary.
+// BuildResizer builds ./cmd/csi-resizer once per test binary with
+// -mod=vendor into a temp dir and returns the binary's path.
 func BuildResizer(t testing.TB) string {
 	t.Helper()
-	return builtBinary(t, "csi-resizer")
+	return BuildCommand(t, "csi-resizer")
 }
 
 // BuildStatefulSetResizer is BuildResizer for ./cmd/statefulset-resizer.
 func BuildStatefulSetResizer(t testing.TB) string {
 	t.Helper()
-	return builtBinary(t, "statefulset-resizer")
+	return BuildCommand(t, "statefulset-resizer")
 }
 
-func builtBinary(t testing.TB, name string) string {
+// BuildCommand builds ./cmd/<name> of the main module once per test binary
+// (go build -mod=vendor) and returns the binary's path.
+func BuildCommand(t testing.TB, name string) string {
 	t.Helper()
-	productBins.once.Do(func() { productBins.dir, productBins.err = buildProducts() })
-	if productBins.err != nil {
-		t.Fatalf("build product binaries: %v", productBins.err)
+	productBuilds.mu.Lock()
+	if productBuilds.byName == nil {
+		productBuilds.byName = map[string]*productBuild{}
 	}
-	p := filepath.Join(productBins.dir, name)
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s was not built (no ./cmd/%s?): %v", name, name, err)
+	b := productBuilds.byName[name]
+	if b == nil {
+		b = &productBuild{}
+		productBuilds.byName[name] = b
 	}
-	return p
+	productBuilds.mu.Unlock()
+	b.once.Do(func() { b.path, b.err = buildCommand(name) })
+	if b.err != nil {
+		t.Fatalf("build ./cmd/%s: %v", name, b.err)
+	}
+	return b.path
 }
 
 // tempBinPrefix names the per-process build dirs; the pid in the name lets a
@@ -145,29 +157,33 @@ func builtBinary(t testing.TB, name string) string {
 // process-exit hook to do it in the owner).
 const tempBinPrefix = "csi-resizer-test-bin-"
 
-func buildProducts() (string, error) {
+func buildDir() (string, error) {
+	productBuilds.mu.Lock()
+	defer productBuilds.mu.Unlock()
+	if productBuilds.dir == "" && productBuilds.dirErr == nil {
+		removeStaleBinDirs()
+		productBuilds.dir, productBuilds.dirErr = os.MkdirTemp("", fmt.Sprintf("%s%d-", tempBinPrefix, os.Getpid()))
+	}
+	return productBuilds.dir, productBuilds.dirErr
+}
+
+func buildCommand(name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	removeStaleBinDirs()
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", tempBinPrefix, os.Getpid()))
+	dir, err := buildDir()
 	if err != nil {
 		return "", err
 	}
-	var pkgs []string
-	for _, c := range productCommands {
-		if _, err := os.Stat(filepath.Join(root, "cmd", c)); err == nil {
-			pkgs = append(pkgs, "./cmd/"+c)
-		}
-	}
-	args := append([]string{"build", "-mod=vendor", "-o", dir + string(os.PathSeparator)}, pkgs...)
+	out := filepath.Join(dir, name)
+	args := []string{"build", "-mod=vendor", "-o", out, "./cmd/" + name}
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, b)
 	}
-	return dir, nil
+	return out, nil
 }
 
 func removeStaleBinDirs() {

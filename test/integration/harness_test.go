@@ -7,8 +7,9 @@ package integration
 
 import (
 	"context"
-
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/test/framework"
@@ -265,6 +267,139 @@ func TestHarnessDriverShapes(t *testing.T) {
 			t.Fatalf("expand after unpublish: %v", err)
 		}
 	})
+}
+
+// TestHarnessExternalDriver runs the mock binary the way an e2e suite runs
+// a real driver: from a command line with the {endpoint} placeholder.
+func TestHarnessExternalDriver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := framework.Bin(t, "mock-csi-driver") + " --endpoint={endpoint} --name=external.csi-resizer.io"
+	d := framework.StartExternalDriver(t, framework.ExternalDriverOptions{Command: cmd, Name: "external.csi-resizer.io"})
+	if d.IsMock() {
+		t.Fatal("an external driver must not claim mock features")
+	}
+	id, err := d.CreateVolume(ctx, "ext", gi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := expand(ctx, d, id, 2*gi); err != nil {
+		t.Fatal(err)
+	}
+	// An already running driver, by endpoint.
+	byEndpoint := framework.StartExternalDriver(t, framework.ExternalDriverOptions{Endpoint: d.Endpoint})
+	if byEndpoint.Name != "external.csi-resizer.io" || byEndpoint.Process != nil {
+		t.Fatalf("by endpoint: name %q process %v", byEndpoint.Name, byEndpoint.Process)
+	}
+	d.Restart(t)
+	if _, err := d.CreateVolume(ctx, "ext-2", gi); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+}
+
+// TestHarnessKubectl covers ApplyKustomize and kubectl's server-side dry run,
+// which other suites use to check the shipped manifests.
+func TestHarnessKubectl(t *testing.T) {
+	cluster := framework.StartCluster(t, framework.ClusterOptions{})
+	dir := t.TempDir()
+	files := map[string]string{
+		"kustomization.yaml": "namespace: kustomized\nresources:\n- ns.yaml\n- cm.yaml\n",
+		"ns.yaml":            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kustomized\n",
+		"cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\ndata:\n  k: v\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cluster.ApplyKustomize(t, dir)
+	cm, err := cluster.Client.CoreV1().ConfigMaps("kustomized").Get(context.Background(), "hello", metav1.GetOptions{})
+	if err != nil || cm.Data["k"] != "v" {
+		t.Fatalf("kustomized config map: %v %v", cm, err)
+	}
+	bad := "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: x\n  namespace: kustomized\nspec:\n  accessModes: [ReadWriteOnce]\n"
+	if _, err := cluster.KubectlWithInput(t, bad, "apply", "--dry-run=server", "-f", "-"); err == nil || !strings.Contains(err.Error(), "spec.resources") {
+		t.Fatalf("server-side dry run of an invalid PVC: %v", err)
+	}
+}
+
+// TestHarnessResizerProcess checks the plumbing of BuildResizer and
+// StartResizer (not the resizer's behaviour): the binary starts against the
+// mock driver, serves metrics, and survives a kill and a restart.
+func TestHarnessResizerProcess(t *testing.T) {
+	cluster := framework.StartCluster(t, framework.ClusterOptions{})
+	driver := framework.StartMockDriver(t, framework.MockDriverOptions{})
+	p := framework.StartResizer(t, cluster, "", driver)
+	p.WaitHTTP(t, "/metrics", time.Minute)
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.Restart(t)
+	p.WaitHTTP(t, "/metrics", time.Minute)
+	if n := len(driver.Calls(t, "GetPluginInfo")); n < 2 {
+		t.Errorf("driver saw %d GetPluginInfo calls over two resizer starts", n)
+	}
+}
+
+// TestHarnessAPIServerRules pins the real apiserver's PVC rules that fakes
+// do not enforce and that the resizers must live with.
+func TestHarnessAPIServerRules(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster := framework.StartCluster(t, framework.ClusterOptions{})
+	client := cluster.Client
+	ns := framework.CreateNamespace(t, ctx, client, "rules")
+	pvc, _ := framework.CreateBoundClaim(t, ctx, client, ns, "data", "rules.csi-resizer.io", "vol-1", "1Gi", "rules-sc")
+	pvcs := client.CoreV1().PersistentVolumeClaims(ns)
+
+	setRequest := func(size string) error {
+		cur, err := pvcs.Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(size)
+		_, err = pvcs.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}
+	if err := setRequest("3Gi"); err != nil {
+		t.Fatalf("grow request: %v", err)
+	}
+	// Lowering (recovery) is allowed only to a value strictly above status.capacity.
+	if err := setRequest("1Gi"); err == nil {
+		t.Error("lowering the request to status.capacity was accepted")
+	}
+	if err := setRequest("2Gi"); err != nil {
+		t.Errorf("lowering the request above status.capacity: %v", err)
+	}
+
+	// allocatedResourceStatuses accepts only the API's constants.
+	cur, err := pvcs.Get(ctx, pvc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: "ControllerResizeFailed"}
+	if _, err := pvcs.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err == nil {
+		t.Error("a non-API allocatedResourceStatuses value was accepted")
+	}
+	cur.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: corev1.PersistentVolumeClaimControllerResizeInProgress}
+	cur.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}
+	if _, err := pvcs.UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("ControllerResizeInProgress: %v", err)
+	}
+
+	// Status sent to the main resource is dropped without an error.
+	cur, err = pvcs.Get(ctx, pvc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("5Gi")}
+	updated, err := pvcs.Update(ctx, cur, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("update with status: %v", err)
+	}
+	if got := updated.Status.Capacity.Storage().String(); got != "1Gi" {
+		t.Errorf("status.capacity after a main-resource update = %s, want 1Gi (dropped)", got)
+	}
 }
 
 // expand calls ControllerExpandVolume like the resizer does.
