@@ -1,0 +1,149 @@
+// Package metrics holds the Prometheus metrics of statefulset-resizer,
+// registered through k8s.io/component-base/metrics (stability ALPHA).
+//
+// The per-StatefulSet gauges have bounded label sets (namespace,
+// statefulset, template) and their series are deleted when a template or the
+// StatefulSet goes away, so the series count follows the cluster's
+// StatefulSets, not their history.
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/component-base/metrics"
+)
+
+const subsystem = "statefulset_resizer"
+
+// Results of a PVC patch (label "result" of the patches counter).
+const (
+	// PatchSuccess: the apiserver accepted the patch.
+	PatchSuccess = "success"
+	// PatchRejected: a permanent error (invalid, forbidden, ...); not retried
+	// until something changes.
+	PatchRejected = "rejected"
+	// PatchError: a transient error; retried with backoff.
+	PatchError = "error"
+)
+
+// Results of a reconcile (label "result" of the duration histogram).
+const (
+	ReconcileSuccess = "success"
+	ReconcileError   = "error"
+)
+
+// TemplateCounts is the number of replicas of one template that are pending
+// (not yet at the template size, but progressing or waiting) or infeasible
+// (need a user action).
+type TemplateCounts struct {
+	Pending    int
+	Infeasible int
+}
+
+// Metrics is the set of statefulset-resizer metrics. Its zero value is not
+// usable; create it with New and register it with Register.
+type Metrics struct {
+	pvcPatches         *metrics.CounterVec
+	replicasPending    *metrics.GaugeVec
+	replicasInfeasible *metrics.GaugeVec
+	reconcileDuration  *metrics.HistogramVec
+
+	mu sync.Mutex
+	// templates remembers the template label values set per StatefulSet so
+	// stale series can be deleted; it is only about our own series.
+	templates map[stsKey]map[string]bool
+}
+
+type stsKey struct{ namespace, name string }
+
+// New creates the metrics. Nothing is exported until Register.
+func New() *Metrics {
+	return &Metrics{
+		pvcPatches: metrics.NewCounterVec(&metrics.CounterOpts{
+			Subsystem:      subsystem,
+			Name:           "pvc_patches_total",
+			Help:           "PVC storage request patches made by statefulset-resizer, by result: success, rejected (permanent API error), error (transient, retried).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"result"}),
+		replicasPending: metrics.NewGaugeVec(&metrics.GaugeOpts{
+			Subsystem:      subsystem,
+			Name:           "replicas_pending",
+			Help:           "Replicas of a StatefulSet whose PVC of a volume claim template has not reached the template size yet and is not infeasible.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"namespace", "statefulset", "template"}),
+		replicasInfeasible: metrics.NewGaugeVec(&metrics.GaugeOpts{
+			Subsystem:      subsystem,
+			Name:           "replicas_infeasible",
+			Help:           "Replicas of a StatefulSet whose PVC of a volume claim template cannot reach the template size without a user action.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"namespace", "statefulset", "template"}),
+		reconcileDuration: metrics.NewHistogramVec(&metrics.HistogramOpts{
+			Subsystem:      subsystem,
+			Name:           "reconcile_duration_seconds",
+			Help:           "Time to reconcile one StatefulSet (decide, patch PVCs, write status), by result.",
+			Buckets:        []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30},
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"result"}),
+		templates: map[stsKey]map[string]bool{},
+	}
+}
+
+// Register adds the metrics to a registry (the binary uses
+// legacyregistry's or its own KubeRegistry; tests use a fresh one).
+func (m *Metrics) Register(r metrics.KubeRegistry) error {
+	for _, c := range []metrics.Registerable{m.pvcPatches, m.replicasPending, m.replicasInfeasible, m.reconcileDuration} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PVCPatched counts one patch attempt with the given result.
+func (m *Metrics) PVCPatched(result string) {
+	m.pvcPatches.WithLabelValues(result).Inc()
+}
+
+// ObserveReconcile records how long one reconcile took.
+func (m *Metrics) ObserveReconcile(d time.Duration, err error) {
+	result := ReconcileSuccess
+	if err != nil {
+		result = ReconcileError
+	}
+	m.reconcileDuration.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// SetStatefulSet sets the gauges of one StatefulSet to counts (keyed by
+// template name) and deletes the series of templates that are gone.
+func (m *Metrics) SetStatefulSet(namespace, name string, counts map[string]TemplateCounts) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := stsKey{namespace, name}
+	for template := range m.templates[key] {
+		if _, ok := counts[template]; !ok {
+			m.deleteLocked(key, template)
+		}
+	}
+	if len(counts) == 0 {
+		delete(m.templates, key)
+		return
+	}
+	seen := map[string]bool{}
+	for template, c := range counts {
+		m.replicasPending.WithLabelValues(namespace, name, template).Set(float64(c.Pending))
+		m.replicasInfeasible.WithLabelValues(namespace, name, template).Set(float64(c.Infeasible))
+		seen[template] = true
+	}
+	m.templates[key] = seen
+}
+
+// ForgetStatefulSet deletes every series of a StatefulSet that is gone.
+func (m *Metrics) ForgetStatefulSet(namespace, name string) {
+	m.SetStatefulSet(namespace, name, nil)
+}
+
+func (m *Metrics) deleteLocked(key stsKey, template string) {
+	m.replicasPending.DeleteLabelValues(key.namespace, key.name, template)
+	m.replicasInfeasible.DeleteLabelValues(key.namespace, key.name, template)
+}
