@@ -180,6 +180,49 @@ func testHarness(t *testing.T, withKCM bool) {
 			_, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
 			return err == nil, fmt.Sprintf("kube-root-ca.crt in %s: %v", ns, err)
 		})
+
+		// kcm's in-tree expand controller leaves CSI PVCs to the sidecar:
+		// a grown request gets only its Normal ExternalExpanding event,
+		// and neither the PVC nor the PV is written.
+		cur, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+		grown, err := client.CoreV1().PersistentVolumeClaims(ns).Update(ctx, cur, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 30*time.Second, func() (bool, string) {
+			evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=data"})
+			if err != nil {
+				return false, err.Error()
+			}
+			var seen []string
+			for _, e := range evs.Items {
+				if e.Reason == "ExternalExpanding" && e.Source.Component == "volume_expand" {
+					return true, ""
+				}
+				seen = append(seen, e.Source.Component+"/"+e.Reason)
+			}
+			return false, fmt.Sprintf("no ExternalExpanding event from volume_expand; events: %v", seen)
+		})
+		pvBefore, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		framework.Consistently(t, 2*time.Second, func() (bool, string) {
+			c, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			p, err := client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			ok := c.ResourceVersion == grown.ResourceVersion && p.ResourceVersion == pvBefore.ResourceVersion
+			return ok, "kcm wrote the PVC or PV: " + framework.DescribeClaim(c)
+		})
 	}
 
 	framework.DeletePod(t, ctx, client, ns, "app")
