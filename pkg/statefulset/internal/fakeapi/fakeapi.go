@@ -60,7 +60,8 @@ type Server struct {
 	// records every request as an Action.
 	*clienttesting.Fake
 	// Tracker holds the objects; tests may Add/Update/Delete through it to
-	// play other actors (they are delivered to watches).
+	// play other actors (changes are delivered to watches). Objects get a
+	// resourceVersion, checked as a precondition on Update and Patch.
 	Tracker clienttesting.ObjectTracker
 
 	http *httptest.Server
@@ -71,7 +72,7 @@ type Server struct {
 // New starts a server holding objects and stops it when the test ends.
 func New(t testing.TB, objects ...runtime.Object) *Server {
 	t.Helper()
-	tracker := clienttesting.NewObjectTracker(scheme.Scheme, scheme.Codecs.UniversalDecoder())
+	tracker := &versioningTracker{ObjectTracker: clienttesting.NewObjectTracker(scheme.Scheme, scheme.Codecs.UniversalDecoder())}
 	for _, obj := range objects {
 		if err := tracker.Add(obj); err != nil {
 			t.Fatalf("fakeapi: add %T: %v", obj, err)
@@ -229,6 +230,10 @@ func (s *Server) serve(w http.ResponseWriter, req *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if obj == nil && req.Method == http.MethodDelete {
+		// client-go's tracker returns no object for a delete.
+		obj = &metav1.Status{Status: metav1.StatusSuccess}
+	}
 	if obj == nil {
 		writeError(w, apierrors.NewInternalError(fmt.Errorf("fakeapi: no reactor returned an object for %v", action)))
 		return
@@ -289,6 +294,8 @@ func decodeBody(req *http.Request) (runtime.Object, error) {
 	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
 	return obj, err
 }
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
 
 func writeObject(w http.ResponseWriter, code int, obj runtime.Object) {
 	data, err := runtime.Encode(codec, obj)

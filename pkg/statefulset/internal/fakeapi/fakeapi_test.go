@@ -71,3 +71,23 @@ func TestClientsetAndInformers(t *testing.T) {
 		t.Fatalf("injected error: got %v", err)
 	}
 }
+
+func TestResourceVersions(t *testing.T) {
+	ctx := context.Background()
+	s := New(t, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}})
+	client := s.Clientset(t)
+	got, err := client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "a", metav1.GetOptions{})
+	if err != nil || got.ResourceVersion == "" {
+		t.Fatalf("get: rv %q, %v", got.ResourceVersion, err)
+	}
+	patch := []byte(`{"metadata":{"resourceVersion":"` + got.ResourceVersion + `","labels":{"x":"y"}}}`)
+	updated, err := client.CoreV1().PersistentVolumeClaims("ns").Patch(ctx, "a", types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil || updated.ResourceVersion == got.ResourceVersion {
+		t.Fatalf("patch with the current version: rv %q, %v", updated.ResourceVersion, err)
+	}
+	// The same precondition is stale now.
+	_, err = client.CoreV1().PersistentVolumeClaims("ns").Patch(ctx, "a", types.MergePatchType, patch, metav1.PatchOptions{})
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("stale precondition: got %v, want a conflict", err)
+	}
+}

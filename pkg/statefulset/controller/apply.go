@@ -1,0 +1,171 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
+)
+
+// applyPatches makes the decision's PVC patches in order. A permanent error
+// is recorded in the decision (the replica becomes Failed and gets a
+// FailedToPatchPVC event) and the loop goes on: with OrderedReady the plan
+// holds no patch behind a replica that is not done, and with Parallel the
+// next replicas must proceed. A transient error stops the loop (KEP-661:
+// return at once and retry) and is returned.
+func (c *Controller) applyPatches(ctx context.Context, sts *appsv1.StatefulSet, d *plan.Decision) error {
+	logger := klog.FromContext(ctx)
+	for _, p := range d.Patches() {
+		err := c.patchPVC(ctx, &p)
+		switch {
+		case err == nil:
+			c.metrics.PVCPatched(ssmetrics.PatchSuccess)
+			logger.Info("Patched PVC storage request", "pvc", klog.KRef(p.Namespace, p.Name),
+				"from", p.From.String(), "to", p.To.String(), "decrease", p.Decrease())
+		case isPermanent(err):
+			c.metrics.PVCPatched(ssmetrics.PatchRejected)
+			logger.Info("PVC patch rejected", "pvc", klog.KRef(p.Namespace, p.Name), "to", p.To.String(), "err", err)
+			d.RejectPatch(p.Name, err.Error())
+		default:
+			c.metrics.PVCPatched(ssmetrics.PatchError)
+			c.recorder.Eventf(sts, corev1.EventTypeWarning, plan.EventFailedToPatchPVC,
+				"PVC %s: patching the request to %s failed, will retry: %v", p.Name, &p.To, err)
+			return fmt.Errorf("patch PVC %s/%s to %s: %w", p.Namespace, p.Name, &p.To, err)
+		}
+	}
+	return nil
+}
+
+// pvcMergePatch is the body of a PVC patch: the request and our annotations,
+// with the observed resourceVersion as a precondition so that a PVC changed
+// since we looked (for example by a person) is re-evaluated, not overwritten.
+func pvcMergePatch(p *plan.PVCPatch) ([]byte, error) {
+	meta := map[string]any{"annotations": p.Annotations}
+	if p.ResourceVersion != "" {
+		meta["resourceVersion"] = p.ResourceVersion
+	}
+	return json.Marshal(map[string]any{
+		"metadata": meta,
+		"spec": map[string]any{"resources": map[string]any{"requests": map[string]string{
+			string(corev1.ResourceStorage): p.To.String(),
+		}}},
+	})
+}
+
+func (c *Controller) patchPVC(ctx context.Context, p *plan.PVCPatch) error {
+	body, err := pvcMergePatch(p)
+	if err != nil {
+		return fmt.Errorf("build patch: %w", err)
+	}
+	_, err = c.client.CoreV1().PersistentVolumeClaims(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body,
+		metav1.PatchOptions{FieldManager: Name})
+	return err
+}
+
+// isPermanent tells the errors a retry cannot fix until something else
+// changes (KEP-661 "Errors When Patching The PVC Object": validation,
+// admission such as a StorageClass without allowVolumeExpansion or a quota,
+// RBAC). Everything else (timeouts, throttling, conflicts, connection
+// errors, a PVC not in the apiserver yet) is transient.
+func isPermanent(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsMethodNotSupported(err) || apierrors.IsRequestEntityTooLargeError(err) ||
+		apierrors.IsUnsupportedMediaType(err)
+}
+
+// writeStatus patches the status annotation when it says something new.
+func (c *Controller) writeStatus(ctx context.Context, sts *appsv1.StatefulSet, desired status.VolumeClaimTemplates) error {
+	current, _ := status.FromStatefulSet(sts) // unparsable: ours to overwrite
+	if current.Equal(&desired) {
+		return nil
+	}
+	value, err := desired.Encode()
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{status.Annotation: value}}})
+	if err != nil {
+		return fmt.Errorf("build status patch: %w", err)
+	}
+	_, err = c.client.AppsV1().StatefulSets(sts.Namespace).Patch(ctx, sts.Name, types.MergePatchType, body,
+		metav1.PatchOptions{FieldManager: Name})
+	if apierrors.IsNotFound(err) {
+		return nil // deleted meanwhile; the delete event cleans up
+	}
+	if err != nil {
+		return fmt.Errorf("write status annotation on StatefulSet %s/%s: %w", sts.Namespace, sts.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Updated volume claim templates status", "status", value)
+	return nil
+}
+
+// recordEvents records the decision's events, each once while it holds: a
+// stuck replica is re-evaluated on every change of its StatefulSet, and an
+// event per evaluation would compete with real work for the API QPS.
+func (c *Controller) recordEvents(sts *appsv1.StatefulSet, key string, d *plan.Decision) {
+	current := map[string]string{}
+	for _, td := range d.Templates {
+		for _, rd := range td.Replicas {
+			if rd.Event != nil {
+				current[rd.PVCName] = rd.Event.Reason + "\x00" + rd.Event.Message
+			}
+		}
+	}
+	fresh := map[string]bool{}
+	for _, pvc := range c.events.update(key, current) {
+		fresh[pvc] = true
+	}
+	for _, td := range d.Templates { // in template and ordinal order
+		for _, rd := range td.Replicas {
+			if rd.Event != nil && fresh[rd.PVCName] {
+				c.recorder.Event(sts, corev1.EventTypeWarning, rd.Event.Reason, rd.Event.Message)
+			}
+		}
+	}
+}
+
+// eventCache remembers, per StatefulSet key, the event last recorded for each
+// PVC. Losing it (restart) only means the event is recorded once more.
+type eventCache struct {
+	mu   sync.Mutex
+	seen map[string]map[string]string
+}
+
+func newEventCache() *eventCache { return &eventCache{seen: map[string]map[string]string{}} }
+
+// update stores current as the events that hold for key and returns the
+// PVCs whose event is new or changed. PVCs absent from current are forgotten,
+// so a problem that comes back is reported again.
+func (e *eventCache) update(key string, current map[string]string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var fresh []string
+	for pvc, ev := range current {
+		if e.seen[key][pvc] != ev {
+			fresh = append(fresh, pvc)
+		}
+	}
+	if len(current) == 0 {
+		delete(e.seen, key)
+	} else {
+		e.seen[key] = current
+	}
+	return fresh
+}
+
+func (e *eventCache) forget(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.seen, key)
+}

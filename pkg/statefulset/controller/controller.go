@@ -1,0 +1,289 @@
+// Package controller is the doing half of statefulset-resizer: it watches
+// StatefulSets, their Pods and PVCs, and StorageClasses, gathers the observed
+// state of one StatefulSet from the informer caches, asks package plan what
+// to do, and does it: one merge patch per PVC, Warning events on the
+// StatefulSet, the status annotation (only when it changed) and metrics.
+//
+// Every input comes from the API (no decision depends on memory a restart
+// would lose); the only in-memory state is a cache of which events were
+// already recorded, so that a stuck PVC does not produce an event per sync.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
+)
+
+// Name is the controller's name: event source component, work queue name
+// and leader election lease name.
+const Name = "statefulset-resizer"
+
+// Options tunes a Controller. The zero value is usable.
+type Options struct {
+	// Metrics receives the controller's metrics. Nil: a private,
+	// unregistered set (nothing exported).
+	Metrics *ssmetrics.Metrics
+	// RetryBaseDelay and RetryMaxDelay bound the exponential backoff after a
+	// transient error. Defaults: 500ms and 5m.
+	RetryBaseDelay time.Duration
+	RetryMaxDelay  time.Duration
+}
+
+// Controller reconciles StatefulSet volume claim templates with PVCs.
+type Controller struct {
+	client   kubernetes.Interface
+	factory  informers.SharedInformerFactory
+	recorder record.EventRecorder
+	clock    clock.WithTicker
+	metrics  *ssmetrics.Metrics
+
+	stsLister appslisters.StatefulSetLister
+	podLister corelisters.PodLister
+	pvcLister corelisters.PersistentVolumeClaimLister
+	scLister  storagelisters.StorageClassLister
+	synced    []cache.InformerSynced
+
+	// queue holds "namespace/name" keys of StatefulSets.
+	queue workqueue.TypedRateLimitingInterface[string]
+
+	events *eventCache
+}
+
+// New creates a controller. It registers its informers (with transforms that
+// keep only what it reads) on factory, so it must be called before
+// factory.Start. The clock drives the work queue's backoff and the reconcile
+// duration metric; the recorder receives the Warning events.
+func New(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory,
+	recorder record.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
+	if opts.Metrics == nil {
+		opts.Metrics = ssmetrics.New()
+	}
+	if opts.RetryBaseDelay <= 0 {
+		opts.RetryBaseDelay = 500 * time.Millisecond
+	}
+	if opts.RetryMaxDelay <= 0 {
+		opts.RetryMaxDelay = 5 * time.Minute
+	}
+	c := &Controller{
+		client:   client,
+		factory:  factory,
+		recorder: recorder,
+		clock:    clk,
+		metrics:  opts.Metrics,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: clk}),
+		events: newEventCache(),
+	}
+
+	stsInformer := factory.Apps().V1().StatefulSets()
+	podInformer := factory.Core().V1().Pods()
+	pvcInformer := factory.Core().V1().PersistentVolumeClaims()
+	scInformer := factory.Storage().V1().StorageClasses()
+	c.stsLister, c.podLister = stsInformer.Lister(), podInformer.Lister()
+	c.pvcLister, c.scLister = pvcInformer.Lister(), scInformer.Lister()
+
+	for _, reg := range []struct {
+		informer  cache.SharedIndexInformer
+		transform cache.TransformFunc
+		handler   cache.ResourceEventHandler
+	}{
+		{stsInformer.Informer(), transformStatefulSet, cache.ResourceEventHandlerFuncs{
+			AddFunc: c.enqueueStatefulSet, UpdateFunc: c.updateStatefulSet, DeleteFunc: c.enqueueStatefulSet}},
+		{podInformer.Informer(), transformPod, cache.ResourceEventHandlerFuncs{
+			AddFunc: c.podChanged, UpdateFunc: c.updatePod, DeleteFunc: c.podChanged}},
+		{pvcInformer.Informer(), transformPVC, cache.ResourceEventHandlerFuncs{
+			AddFunc: c.pvcChanged, UpdateFunc: c.updatePVC, DeleteFunc: c.pvcChanged}},
+		{scInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
+			AddFunc: c.storageClassChanged, UpdateFunc: c.updateStorageClass, DeleteFunc: c.storageClassChanged}},
+	} {
+		if err := reg.informer.SetTransform(reg.transform); err != nil {
+			return nil, fmt.Errorf("set informer transform (create the controller before starting the informer factory): %w", err)
+		}
+		handle, err := reg.informer.AddEventHandlerWithOptions(reg.handler, cache.HandlerOptions{Logger: ptrTo(klog.FromContext(ctx))})
+		if err != nil {
+			return nil, fmt.Errorf("add event handler: %w", err)
+		}
+		c.synced = append(c.synced, handle.HasSynced)
+	}
+	return c, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// Run starts the informers and workers and blocks until ctx is done and the
+// workers have stopped.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	if workers < 1 {
+		return fmt.Errorf("workers must be positive, got %d", workers)
+	}
+	defer utilruntime.HandleCrashWithContext(ctx)
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting controller", "controller", Name, "workers", workers)
+	defer logger.Info("Stopped controller", "controller", Name)
+
+	// Shut the queue down when ctx ends so idle workers return.
+	go func() {
+		<-ctx.Done()
+		c.queue.ShutDown()
+	}()
+	c.factory.Start(ctx.Done())
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
+		return nil // only happens when ctx ended: a normal shutdown
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, c.runWorker, time.Second)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNextItem(ctx) {
+	}
+}
+
+func (c *Controller) processNextItem(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	err := c.sync(ctx, key)
+	if err == nil {
+		c.queue.Forget(key)
+		return true
+	}
+	// Transient: retry with per-key exponential backoff. Permanent errors
+	// never reach this point (they are reported and not retried).
+	klog.FromContext(ctx).Error(err, "Reconcile failed, will retry", "statefulset", key, "retries", c.queue.NumRequeues(key))
+	c.queue.AddRateLimited(key)
+	return true
+}
+
+// Sync reconciles one StatefulSet, given as "namespace/name". It is the
+// worker's body, exported so tests and embedders can drive it directly.
+func (c *Controller) Sync(ctx context.Context, key string) error {
+	return c.sync(ctx, key)
+}
+
+func (c *Controller) sync(ctx context.Context, key string) (err error) {
+	start := c.clock.Now()
+	defer func() { c.metrics.ObserveReconcile(c.clock.Since(start), err) }()
+
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		// A malformed key can never succeed: drop it.
+		utilruntime.HandleErrorWithContext(ctx, err, "Invalid work queue key", "key", key)
+		return nil
+	}
+	sts, err := c.stsLister.StatefulSets(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.metrics.ForgetStatefulSet(namespace, name)
+		c.events.forget(key)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get StatefulSet %s from cache: %w", key, err)
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "statefulset", klog.KObj(sts))
+	ctx = klog.NewContext(ctx, logger)
+
+	in, err := c.gather(sts)
+	if err != nil {
+		return err
+	}
+	decision := plan.Decide(in)
+	if decision.Deferred != "" {
+		logger.V(4).Info("Not reconciling yet", "reason", decision.Deferred)
+		return nil
+	}
+
+	transientErr := c.applyPatches(ctx, sts, decision)
+	c.recordEvents(sts, key, decision)
+	counts := map[string]ssmetrics.TemplateCounts{}
+	for i := range decision.Templates {
+		n := decision.Templates[i].Count()
+		counts[decision.Templates[i].Name] = ssmetrics.TemplateCounts{Pending: int(n.Pending), Infeasible: int(n.Failed)}
+	}
+	c.metrics.SetStatefulSet(namespace, name, counts)
+	statusErr := c.writeStatus(ctx, sts, decision.Status())
+	return errors.Join(transientErr, statusErr)
+}
+
+// gather collects the decision's inputs from the informer caches.
+func (c *Controller) gather(sts *appsv1.StatefulSet) (plan.Input, error) {
+	in := plan.Input{
+		StatefulSet:    sts,
+		Pods:           map[string]*corev1.Pod{},
+		PVCs:           map[string]*corev1.PersistentVolumeClaim{},
+		StorageClasses: map[string]*storagev1.StorageClass{},
+	}
+	start, replicas := ordinalRange(sts)
+	for ordinal := start; ordinal < start+replicas; ordinal++ {
+		podName := plan.PodName(sts.Name, ordinal)
+		if pod, err := c.podLister.Pods(sts.Namespace).Get(podName); err == nil {
+			in.Pods[podName] = pod
+		} else if !apierrors.IsNotFound(err) {
+			return in, fmt.Errorf("get pod %s/%s from cache: %w", sts.Namespace, podName, err)
+		}
+		for i := range sts.Spec.VolumeClaimTemplates {
+			pvcName := plan.PVCName(sts.Spec.VolumeClaimTemplates[i].Name, sts.Name, ordinal)
+			pvc, err := c.pvcLister.PersistentVolumeClaims(sts.Namespace).Get(pvcName)
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return in, fmt.Errorf("get PVC %s/%s from cache: %w", sts.Namespace, pvcName, err)
+			}
+			in.PVCs[pvcName] = pvc
+			if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
+				if _, seen := in.StorageClasses[*sc]; !seen {
+					if class, err := c.scLister.Get(*sc); err == nil {
+						in.StorageClasses[*sc] = class
+					}
+				}
+			}
+		}
+	}
+	return in, nil
+}
+
+func ordinalRange(sts *appsv1.StatefulSet) (start, replicas int32) {
+	if sts.Spec.Ordinals != nil {
+		start = sts.Spec.Ordinals.Start
+	}
+	replicas = 1
+	if sts.Spec.Replicas != nil {
+		replicas = max(*sts.Spec.Replicas, 0)
+	}
+	return start, replicas
+}

@@ -1,0 +1,245 @@
+package controller
+
+import (
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
+)
+
+// lastAppliedAnnotation is kubectl's copy of the applied manifest; on
+// StatefulSets it is often the largest part of the object and nothing here
+// reads it.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+func (c *Controller) enqueueStatefulSet(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+// updateStatefulSet ignores updates that only carry our own status write,
+// so the controller does not re-process what it just wrote. Resyncs (same
+// resourceVersion) go through: they are the periodic safety net.
+func (c *Controller) updateStatefulSet(oldObj, newObj any) {
+	oldSTS, ok1 := oldObj.(*appsv1.StatefulSet)
+	newSTS, ok2 := newObj.(*appsv1.StatefulSet)
+	if ok1 && ok2 && oldSTS.ResourceVersion != newSTS.ResourceVersion && onlyStatusAnnotationChanged(oldSTS, newSTS) {
+		return
+	}
+	c.enqueueStatefulSet(newObj)
+}
+
+func onlyStatusAnnotationChanged(a, b *appsv1.StatefulSet) bool {
+	if a.UID != b.UID || a.Generation != b.Generation || !equality.Semantic.DeepEqual(a.Status, b.Status) ||
+		!equality.Semantic.DeepEqual(a.Labels, b.Labels) || !a.DeletionTimestamp.Equal(b.DeletionTimestamp) ||
+		!equality.Semantic.DeepEqual(a.Spec, b.Spec) {
+		return false
+	}
+	if len(a.Annotations) != len(b.Annotations) {
+		return false
+	}
+	for k, v := range a.Annotations {
+		if bv, ok := b.Annotations[k]; !ok || (bv != v && k != status.Annotation) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Controller) podChanged(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		tombstone, isTombstone := obj.(cache.DeletedFinalStateUnknown)
+		if !isTombstone {
+			return
+		}
+		if pod, ok = tombstone.Obj.(*corev1.Pod); !ok {
+			return
+		}
+	}
+	for _, key := range c.statefulSetsForPod(pod) {
+		c.queue.Add(key)
+	}
+}
+
+// updatePod reacts to what eligibility depends on: phase, revision label,
+// deletion, ownership. Pod status churn (conditions, container states) is
+// dropped by the transform and never reaches here as a change.
+func (c *Controller) updatePod(oldObj, newObj any) {
+	oldPod, ok1 := oldObj.(*corev1.Pod)
+	newPod, ok2 := newObj.(*corev1.Pod)
+	if ok1 && ok2 && (oldPod.ResourceVersion == newPod.ResourceVersion ||
+		(oldPod.Status.Phase == newPod.Status.Phase && oldPod.DeletionTimestamp.Equal(newPod.DeletionTimestamp) &&
+			equality.Semantic.DeepEqual(oldPod.Labels, newPod.Labels) &&
+			equality.Semantic.DeepEqual(oldPod.OwnerReferences, newPod.OwnerReferences))) {
+		return
+	}
+	c.podChanged(newObj)
+}
+
+// statefulSetsForPod maps a pod to its StatefulSet: by controller reference,
+// or, for a pod orphaned by delete --cascade=orphan, by the <sts>-<ordinal>
+// name pattern (the re-created StatefulSet adopts it by the same rule).
+func (c *Controller) statefulSetsForPod(pod *corev1.Pod) []string {
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		if ref.Kind != "StatefulSet" {
+			return nil
+		}
+		return []string{pod.Namespace + "/" + ref.Name}
+	}
+	sets, err := c.stsLister.StatefulSets(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var keys []string
+	for _, sts := range sets {
+		if isOrdinalName(pod.Name, sts.Name+"-") {
+			keys = append(keys, sts.Namespace+"/"+sts.Name)
+		}
+	}
+	return keys
+}
+
+func (c *Controller) pvcChanged(obj any) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		tombstone, isTombstone := obj.(cache.DeletedFinalStateUnknown)
+		if !isTombstone {
+			return
+		}
+		if pvc, ok = tombstone.Obj.(*corev1.PersistentVolumeClaim); !ok {
+			return
+		}
+	}
+	for _, key := range c.statefulSetsForPVC(pvc) {
+		c.queue.Add(key)
+	}
+}
+
+func (c *Controller) updatePVC(oldObj, newObj any) {
+	oldPVC, ok1 := oldObj.(*corev1.PersistentVolumeClaim)
+	newPVC, ok2 := newObj.(*corev1.PersistentVolumeClaim)
+	if ok1 && ok2 && oldPVC.ResourceVersion == newPVC.ResourceVersion {
+		return // resync: the StatefulSet resync covers it
+	}
+	c.pvcChanged(newObj)
+}
+
+// statefulSetsForPVC maps a PVC to its StatefulSet by our annotation (set on
+// the first patch), else by the <template>-<sts>-<ordinal> name pattern
+// matched against the templates of the namespace's StatefulSets.
+func (c *Controller) statefulSetsForPVC(pvc *corev1.PersistentVolumeClaim) []string {
+	if name := pvc.Annotations[plan.AnnotationStatefulSet]; name != "" {
+		return []string{pvc.Namespace + "/" + name}
+	}
+	sets, err := c.stsLister.StatefulSets(pvc.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var keys []string
+	for _, sts := range sets {
+		for i := range sts.Spec.VolumeClaimTemplates {
+			if isOrdinalName(pvc.Name, sts.Spec.VolumeClaimTemplates[i].Name+"-"+sts.Name+"-") {
+				keys = append(keys, sts.Namespace+"/"+sts.Name)
+				break
+			}
+		}
+	}
+	return keys
+}
+
+// isOrdinalName reports whether name is prefix followed by a decimal ordinal.
+func isOrdinalName(name, prefix string) bool {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') {
+		return false
+	}
+	_, err := strconv.ParseUint(rest, 10, 31)
+	return err == nil
+}
+
+func (c *Controller) storageClassChanged(any) {
+	// StorageClasses change rarely; re-evaluating every StatefulSet is the
+	// simple way to pick up an allowVolumeExpansion change.
+	sets, err := c.stsLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, sts := range sets {
+		c.queue.Add(sts.Namespace + "/" + sts.Name)
+	}
+}
+
+func (c *Controller) updateStorageClass(oldObj, newObj any) {
+	oldSC, ok1 := oldObj.(*storagev1.StorageClass)
+	newSC, ok2 := newObj.(*storagev1.StorageClass)
+	if ok1 && ok2 && equality.Semantic.DeepEqual(oldSC.AllowVolumeExpansion, newSC.AllowVolumeExpansion) {
+		return
+	}
+	c.storageClassChanged(newObj)
+}
+
+// Informer transforms: keep in the caches only what the controller reads.
+// A cluster-wide Pod informer is the largest cache by far, so pods are
+// reduced to identity, labels, owners, deletion and phase.
+
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+func transformStatefulSet(obj any) (any, error) {
+	sts, ok := obj.(*appsv1.StatefulSet)
+	if !ok {
+		return obj, nil
+	}
+	sts.ManagedFields = nil
+	delete(sts.Annotations, lastAppliedAnnotation)
+	// The pod template is not read (the revision label on pods says whether
+	// a pod is current); its spec is the bulk of a StatefulSet.
+	sts.Spec.Template.Spec = corev1.PodSpec{}
+	return sts, nil
+}
+
+func transformPVC(obj any) (any, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return obj, nil
+	}
+	pvc.ManagedFields = nil
+	delete(pvc.Annotations, lastAppliedAnnotation)
+	return pvc, nil
+}
+
+func transformPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:         pod.Namespace,
+			Name:              pod.Name,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			Generation:        pod.Generation,
+			Labels:            pod.Labels,
+			OwnerReferences:   pod.OwnerReferences,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Status: corev1.PodStatus{Phase: pod.Status.Phase},
+	}, nil
+}

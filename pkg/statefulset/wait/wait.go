@@ -1,0 +1,185 @@
+// Package wait implements `statefulset-resizer wait`: block until the volume
+// claim templates of a StatefulSet are reconciled for its current
+// generation, the way `kubectl rollout status` blocks on a rollout, so a
+// CI/CD job can wait for a volume resize. It reads only the StatefulSet and
+// its status annotation (the reliable feedback; events are best effort).
+package wait
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	apiwait "k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
+)
+
+// Outcome is the result of waiting; its value is the process exit code.
+type Outcome int
+
+const (
+	// Finished: every template is finished for the current generation.
+	Finished Outcome = 0
+	// Infeasible: a replica cannot reach the template size without a user
+	// action (driver said infeasible, patch rejected, cannot shrink, ...).
+	Infeasible Outcome = 1
+	// TimedOut: neither happened before the timeout.
+	TimedOut Outcome = 2
+	// Failed: the wait itself could not be done (bad input, no access).
+	// Not a verdict on the StatefulSet.
+	Failed Outcome = 3
+)
+
+// Verdict is what is known about a StatefulSet's volume resize.
+type Verdict struct {
+	// Done is true when Outcome is final (Finished or Infeasible).
+	Done    bool
+	Outcome Outcome
+	// Message says why, naming PVCs and driver messages when infeasible.
+	Message string
+}
+
+// Evaluate judges one observation of a StatefulSet.
+func Evaluate(sts *appsv1.StatefulSet) Verdict {
+	progress := func(format string, args ...any) Verdict {
+		return Verdict{Message: fmt.Sprintf(format, args...)}
+	}
+	st, err := status.FromStatefulSet(sts)
+	switch {
+	case err != nil:
+		return progress("status annotation cannot be read yet: %v", err)
+	case st == nil && len(sts.Spec.VolumeClaimTemplates) == 0:
+		return Verdict{Done: true, Outcome: Finished, Message: "the StatefulSet has no volume claim templates"}
+	case st == nil:
+		return progress("no %s annotation yet (is statefulset-resizer running?)", status.Annotation)
+	case st.ObservedGeneration != sts.Generation:
+		return progress("status is for generation %d, the StatefulSet is at generation %d", st.ObservedGeneration, sts.Generation)
+	}
+
+	var infeasible, pending []string
+	for i := range sts.Spec.VolumeClaimTemplates {
+		name := sts.Spec.VolumeClaimTemplates[i].Name
+		ts := st.Template(name)
+		switch {
+		case ts == nil:
+			pending = append(pending, fmt.Sprintf("template %s: no status yet", name))
+		case ts.InfeasibleReplicas > 0:
+			infeasible = append(infeasible, fmt.Sprintf("template %s: %d infeasible replica(s): %s", name, ts.InfeasibleReplicas, ts.Message))
+		case ts.FinishedReconciliationGeneration != sts.Generation:
+			pending = append(pending, fmt.Sprintf("template %s: %d of %d replicas ready", name, ts.ReadyReplicas, replicas(sts)))
+		}
+	}
+	switch {
+	case len(infeasible) > 0:
+		return Verdict{Done: true, Outcome: Infeasible, Message: strings.Join(infeasible, "; ")}
+	case len(pending) > 0:
+		return progress("%s", strings.Join(pending, "; "))
+	}
+	return Verdict{Done: true, Outcome: Finished,
+		Message: fmt.Sprintf("%d volume claim template(s) finished for generation %d", len(sts.Spec.VolumeClaimTemplates), sts.Generation)}
+}
+
+func replicas(sts *appsv1.StatefulSet) int32 {
+	if sts.Spec.Replicas == nil {
+		return 1
+	}
+	return *sts.Spec.Replicas
+}
+
+// Getter reads a StatefulSet; the small seam between waiting and the API.
+type Getter interface {
+	GetStatefulSet(ctx context.Context, namespace, name string) (*appsv1.StatefulSet, error)
+}
+
+// ClientGetter reads StatefulSets with a clientset.
+type ClientGetter struct {
+	Client kubernetes.Interface
+}
+
+// GetStatefulSet implements Getter.
+func (g ClientGetter) GetStatefulSet(ctx context.Context, namespace, name string) (*appsv1.StatefulSet, error) {
+	return g.Client.AppsV1().StatefulSets(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// Options tunes Wait.
+type Options struct {
+	// Timeout bounds the whole wait; it must be positive.
+	Timeout time.Duration
+	// Interval between polls; default 2s.
+	Interval time.Duration
+	// Progress, if set, is called with each new progress message.
+	Progress func(message string)
+}
+
+// Wait polls the StatefulSet until Evaluate says Done or the timeout
+// passes. It returns a Failed verdict for errors a retry cannot fix (no
+// permission) or when ctx is cancelled; a StatefulSet that does not exist
+// (yet: it may be in the middle of delete --cascade=orphan and re-create) is
+// waited for.
+func Wait(ctx context.Context, getter Getter, namespace, name string, opts Options) Verdict {
+	if opts.Interval <= 0 {
+		opts.Interval = 2 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		return Verdict{Done: true, Outcome: Failed, Message: fmt.Sprintf("timeout must be positive, got %s", opts.Timeout)}
+	}
+	last := Verdict{Message: "not observed yet"}
+	var fatal error
+	err := apiwait.PollUntilContextTimeout(ctx, opts.Interval, opts.Timeout, true, func(ctx context.Context) (bool, error) {
+		sts, err := getter.GetStatefulSet(ctx, namespace, name)
+		var v Verdict
+		switch {
+		case apierrors.IsNotFound(err):
+			v = Verdict{Message: fmt.Sprintf("StatefulSet %s/%s not found", namespace, name)}
+		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+			fatal = err
+			return true, nil
+		case err != nil:
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			v = Verdict{Message: fmt.Sprintf("reading StatefulSet %s/%s: %v", namespace, name, err)}
+		default:
+			v = Evaluate(sts)
+		}
+		if v.Message != last.Message && opts.Progress != nil && !v.Done {
+			opts.Progress(v.Message)
+		}
+		last = v
+		return v.Done, nil
+	})
+	switch {
+	case fatal != nil:
+		return Verdict{Done: true, Outcome: Failed, Message: fmt.Sprintf("reading StatefulSet %s/%s: %v", namespace, name, fatal)}
+	case err == nil:
+		return last
+	case ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded):
+		return Verdict{Done: true, Outcome: Failed, Message: fmt.Sprintf("interrupted: %v (last state: %s)", context.Cause(ctx), last.Message)}
+	case apiwait.Interrupted(err):
+		return Verdict{Done: true, Outcome: TimedOut, Message: fmt.Sprintf("timed out after %s: %s", opts.Timeout, last.Message)}
+	}
+	return Verdict{Done: true, Outcome: Failed, Message: err.Error()}
+}
+
+// ParseTarget parses the NAMESPACE/NAME argument.
+func ParseTarget(arg string) (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(arg, "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("want NAMESPACE/NAME, got %q", arg)
+	}
+	if errs := validation.IsDNS1123Label(namespace); len(errs) > 0 {
+		return "", "", fmt.Errorf("invalid namespace %q: %s", namespace, strings.Join(errs, ", "))
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return "", "", fmt.Errorf("invalid StatefulSet name %q: %s", name, strings.Join(errs, ", "))
+	}
+	return namespace, name, nil
+}

@@ -1,0 +1,186 @@
+package wait
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/internal/fakeapi"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
+)
+
+func sts(generation int64, st *status.VolumeClaimTemplates, templates ...string) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Generation: generation},
+		Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)},
+	}
+	for _, t := range templates {
+		s.Spec.VolumeClaimTemplates = append(s.Spec.VolumeClaimTemplates, corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: t}})
+	}
+	if st != nil {
+		value, _ := st.Encode()
+		s.Annotations = map[string]string{status.Annotation: value}
+	}
+	return s
+}
+
+func TestEvaluate(t *testing.T) {
+	finished := func(name string, gen int64) status.Template {
+		return status.Template{TemplateName: name, ReadyReplicas: 3, FinishedReconciliationGeneration: gen}
+	}
+	cases := []struct {
+		name    string
+		sts     *appsv1.StatefulSet
+		done    bool
+		outcome Outcome
+		message string
+	}{
+		{"no status yet", sts(2, nil, "data"), false, Finished, "no csi-resizer.io/volume-claim-templates-status annotation yet"},
+		{"no templates at all", sts(2, nil), true, Finished, "no volume claim templates"},
+		{"status of an older generation", sts(3, &status.VolumeClaimTemplates{ObservedGeneration: 2,
+			Templates: []status.Template{finished("data", 2)}}, "data"), false, Finished, "status is for generation 2"},
+		{"in progress", sts(3, &status.VolumeClaimTemplates{ObservedGeneration: 3,
+			Templates: []status.Template{{TemplateName: "data", ReadyReplicas: 1, FinishedReconciliationGeneration: 2}}}, "data"),
+			false, Finished, "template data: 1 of 3 replicas ready"},
+		{"template missing from status", sts(3, &status.VolumeClaimTemplates{ObservedGeneration: 3,
+			Templates: []status.Template{finished("data", 3)}}, "data", "logs"), false, Finished, "template logs: no status yet"},
+		{"finished", sts(3, &status.VolumeClaimTemplates{ObservedGeneration: 3,
+			Templates: []status.Template{finished("data", 3), finished("logs", 3)}}, "data", "logs"), true, Finished,
+			"2 volume claim template(s) finished for generation 3"},
+		{"infeasible beats in progress", sts(3, &status.VolumeClaimTemplates{ObservedGeneration: 3,
+			Templates: []status.Template{{TemplateName: "data", ReadyReplicas: 1}, {TemplateName: "logs", InfeasibleReplicas: 1,
+				Message: "logs-web-0: cannot resize to 10Gi: OutOfRange: pool full"}}}, "data", "logs"), true, Infeasible,
+			"template logs: 1 infeasible replica(s): logs-web-0: cannot resize to 10Gi: OutOfRange: pool full"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Evaluate(tc.sts)
+			if v.Done != tc.done || v.Outcome != tc.outcome || !strings.Contains(v.Message, tc.message) {
+				t.Errorf("got %+v, want done=%v outcome=%d message containing %q", v, tc.done, tc.outcome, tc.message)
+			}
+		})
+	}
+	garbage := sts(1, nil, "data")
+	garbage.Annotations = map[string]string{status.Annotation: "{"}
+	if v := Evaluate(garbage); v.Done {
+		t.Errorf("unreadable annotation: %+v", v)
+	}
+}
+
+// scripted is a Getter that returns a scripted sequence of answers, then
+// repeats the last one.
+type scripted struct {
+	mu      sync.Mutex
+	answers []func() (*appsv1.StatefulSet, error)
+	calls   int
+}
+
+func (s *scripted) GetStatefulSet(context.Context, string, string) (*appsv1.StatefulSet, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := min(s.calls, len(s.answers)-1)
+	s.calls++
+	return s.answers[i]()
+}
+
+func answer(st *appsv1.StatefulSet, err error) func() (*appsv1.StatefulSet, error) {
+	return func() (*appsv1.StatefulSet, error) { return st, err }
+}
+
+var gr = schema.GroupResource{Group: "apps", Resource: "statefulsets"}
+
+func TestWaitExitCodes(t *testing.T) {
+	inProgress := sts(2, &status.VolumeClaimTemplates{ObservedGeneration: 2, Templates: []status.Template{{TemplateName: "data", ReadyReplicas: 1}}}, "data")
+	done := sts(2, &status.VolumeClaimTemplates{ObservedGeneration: 2, Templates: []status.Template{{TemplateName: "data", ReadyReplicas: 3, FinishedReconciliationGeneration: 2}}}, "data")
+	infeasible := sts(2, &status.VolumeClaimTemplates{ObservedGeneration: 2, Templates: []status.Template{{TemplateName: "data", InfeasibleReplicas: 1, Message: "data-web-1: cannot resize to 9Gi: OutOfRange: too big"}}}, "data")
+	cases := []struct {
+		name    string
+		answers []func() (*appsv1.StatefulSet, error)
+		timeout time.Duration
+		outcome Outcome
+		message string
+	}{
+		{"exit 0: finished after progress, a not-found and a transient error",
+			[]func() (*appsv1.StatefulSet, error){answer(nil, apierrors.NewNotFound(gr, "web")), answer(nil, apierrors.NewServerTimeout(gr, "get", 1)),
+				answer(inProgress, nil), answer(done, nil)}, 20 * time.Second, Finished, "finished for generation 2"},
+		{"exit 1: infeasible with the PVC and driver message",
+			[]func() (*appsv1.StatefulSet, error){answer(inProgress, nil), answer(infeasible, nil)}, 20 * time.Second, Infeasible,
+			"data-web-1: cannot resize to 9Gi: OutOfRange: too big"},
+		{"exit 2: timeout reports the last state",
+			[]func() (*appsv1.StatefulSet, error){answer(inProgress, nil)}, 50 * time.Millisecond, TimedOut, "1 of 3 replicas ready"},
+		{"exit 3: no permission",
+			[]func() (*appsv1.StatefulSet, error){answer(nil, apierrors.NewForbidden(gr, "web", errors.New("RBAC")))}, 20 * time.Second, Failed, "forbidden"},
+		{"exit 3: non-positive timeout", []func() (*appsv1.StatefulSet, error){answer(done, nil)}, 0, Failed, "timeout must be positive"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var progress []string
+			v := Wait(context.Background(), &scripted{answers: tc.answers}, "ns", "web",
+				Options{Timeout: tc.timeout, Interval: time.Millisecond, Progress: func(m string) { progress = append(progress, m) }})
+			if v.Outcome != tc.outcome || !v.Done || !strings.Contains(v.Message, tc.message) {
+				t.Errorf("got %+v, want outcome %d with %q", v, tc.outcome, tc.message)
+			}
+			if tc.outcome == Finished && len(progress) != 3 {
+				t.Errorf("progress messages %q, want one per state change (3)", progress)
+			}
+		})
+	}
+}
+
+func TestWaitInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	inProgress := sts(1, nil, "data")
+	getter := &scripted{answers: []func() (*appsv1.StatefulSet, error){func() (*appsv1.StatefulSet, error) {
+		cancel() // e.g. SIGINT while waiting
+		return inProgress, nil
+	}}}
+	v := Wait(ctx, getter, "ns", "web", Options{Timeout: time.Minute, Interval: time.Millisecond})
+	if v.Outcome != Failed || !strings.Contains(v.Message, "interrupted") {
+		t.Errorf("got %+v", v)
+	}
+}
+
+// Against the fake API server with a real clientset: the controller (played
+// by the test) writes the status annotation while wait polls.
+func TestWaitWithClientset(t *testing.T) {
+	api := fakeapi.New(t, sts(1, &status.VolumeClaimTemplates{ObservedGeneration: 1,
+		Templates: []status.Template{{TemplateName: "data", ReadyReplicas: 2}}}, "data"))
+	client := api.Clientset(t)
+	var once sync.Once
+	v := Wait(context.Background(), ClientGetter{Client: client}, "ns", "web", Options{Timeout: 20 * time.Second, Interval: time.Millisecond,
+		Progress: func(string) {
+			once.Do(func() {
+				value, _ := status.VolumeClaimTemplates{ObservedGeneration: 1, Templates: []status.Template{
+					{TemplateName: "data", ReadyReplicas: 3, FinishedReconciliationGeneration: 1}}}.Encode()
+				s := sts(1, nil, "data")
+				s.Annotations = map[string]string{status.Annotation: value}
+				if _, err := client.AppsV1().StatefulSets("ns").Update(context.Background(), s, metav1.UpdateOptions{}); err != nil {
+					t.Error(err)
+				}
+			})
+		}})
+	if v.Outcome != Finished {
+		t.Errorf("got %+v", v)
+	}
+}
+
+func TestParseTarget(t *testing.T) {
+	if ns, name, err := ParseTarget("default/web"); err != nil || ns != "default" || name != "web" {
+		t.Errorf("default/web: %q %q %v", ns, name, err)
+	}
+	for _, bad := range []string{"", "web", "/web", "default/", "a/b/c", "Bad_NS/web", "default/Web!"} {
+		if _, _, err := ParseTarget(bad); err == nil {
+			t.Errorf("ParseTarget(%q) succeeded", bad)
+		}
+	}
+}
