@@ -27,12 +27,23 @@ import (
 func (c *Controller) applyPatches(ctx context.Context, sts *appsv1.StatefulSet, d *plan.Decision) error {
 	logger := klog.FromContext(ctx)
 	for _, p := range d.Patches() {
+		writeKey := "pvc:" + p.Namespace + "/" + p.Name
+		if c.writes.pending(writeKey, p.ResourceVersion, p.To.String()) {
+			// Made already from this very version; the cache lags behind.
+			continue
+		}
 		err := c.patchPVC(ctx, &p)
 		switch {
 		case err == nil:
+			c.writes.record(writeKey, p.ResourceVersion, p.To.String())
 			c.metrics.PVCPatched(ssmetrics.PatchSuccess)
 			logger.Info("Patched PVC storage request", "pvc", klog.KRef(p.Namespace, p.Name),
 				"from", p.From.String(), "to", p.To.String(), "decrease", p.Decrease())
+		case apierrors.IsConflict(err):
+			// Changed since we looked (by a person, or the resizer): decide
+			// again from the new state. Not worth an event.
+			c.metrics.PVCPatched(ssmetrics.PatchError)
+			return fmt.Errorf("patch PVC %s/%s: changed meanwhile, re-evaluating: %w", p.Namespace, p.Name, err)
 		case isPermanent(err):
 			c.metrics.PVCPatched(ssmetrics.PatchRejected)
 			logger.Info("PVC patch rejected", "pvc", klog.KRef(p.Namespace, p.Name), "to", p.To.String(), "err", err)
@@ -94,6 +105,10 @@ func (c *Controller) writeStatus(ctx context.Context, sts *appsv1.StatefulSet, d
 	if err != nil {
 		return err
 	}
+	writeKey := "sts:" + sts.Namespace + "/" + sts.Name
+	if c.writes.pending(writeKey, sts.ResourceVersion, value) {
+		return nil // written already from this very version; the cache lags behind
+	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{status.Annotation: value}}})
 	if err != nil {
 		return fmt.Errorf("build status patch: %w", err)
@@ -106,6 +121,7 @@ func (c *Controller) writeStatus(ctx context.Context, sts *appsv1.StatefulSet, d
 	if err != nil {
 		return fmt.Errorf("write status annotation on StatefulSet %s/%s: %w", sts.Namespace, sts.Name, err)
 	}
+	c.writes.record(writeKey, sts.ResourceVersion, value)
 	klog.FromContext(ctx).V(2).Info("Updated volume claim templates status", "status", value)
 	return nil
 }
@@ -168,4 +184,53 @@ func (e *eventCache) forget(key string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.seen, key)
+}
+
+// recentWrites remembers the writes made from a given resourceVersion of an
+// object until the informer cache shows a newer version. Without it, a sync
+// that runs before the cache has caught up with our own write would make the
+// same write again: a needless status write, or a PVC patch that fails with a
+// conflict on its stale precondition. It is only an optimisation: once the
+// cache moves on (or after a restart) decisions come from the API state.
+type recentWrites struct {
+	mu sync.Mutex
+	m  map[string]recentWrite
+}
+
+type recentWrite struct {
+	basedOn string // resourceVersion the write was made from
+	value   string // what was written
+}
+
+func newRecentWrites() *recentWrites { return &recentWrites{m: map[string]recentWrite{}} }
+
+// pending reports whether value was written already from resourceVersion,
+// which the cache still shows. A newer version in the cache clears the entry.
+func (r *recentWrites) pending(key, resourceVersion, value string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.m[key]
+	if !ok {
+		return false
+	}
+	if w.basedOn != resourceVersion || resourceVersion == "" {
+		delete(r.m, key)
+		return false
+	}
+	return w.value == value
+}
+
+func (r *recentWrites) record(key, resourceVersion, value string) {
+	if resourceVersion == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[key] = recentWrite{basedOn: resourceVersion, value: value}
+}
+
+func (r *recentWrites) forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, key)
 }

@@ -70,6 +70,7 @@ type Controller struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	events *eventCache
+	writes *recentWrites
 }
 
 // New creates a controller. It registers its informers (with transforms that
@@ -97,6 +98,7 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: clk}),
 		events: newEventCache(),
+		writes: newRecentWrites(),
 	}
 
 	stsInformer := factory.Apps().V1().StatefulSets()
@@ -116,7 +118,7 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 		{podInformer.Informer(), transformPod, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.podChanged, UpdateFunc: c.updatePod, DeleteFunc: c.podChanged}},
 		{pvcInformer.Informer(), transformPVC, cache.ResourceEventHandlerFuncs{
-			AddFunc: c.pvcChanged, UpdateFunc: c.updatePVC, DeleteFunc: c.pvcChanged}},
+			AddFunc: c.pvcChanged, UpdateFunc: c.updatePVC, DeleteFunc: c.pvcDeleted}},
 		{scInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.storageClassChanged, UpdateFunc: c.updateStorageClass, DeleteFunc: c.storageClassChanged}},
 	} {
@@ -209,6 +211,7 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 	if apierrors.IsNotFound(err) {
 		c.metrics.ForgetStatefulSet(namespace, name)
 		c.events.forget(key)
+		c.writes.forget("sts:" + key)
 		return nil
 	}
 	if err != nil {

@@ -533,3 +533,26 @@ func TestConstructorAndRunErrors(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+func TestRecentWrites(t *testing.T) {
+	r := newRecentWrites()
+	r.record("k", "5", "v")
+	if !r.pending("k", "5", "v") {
+		t.Error("write from the cached version not remembered")
+	}
+	if r.pending("k", "5", "other") {
+		t.Error("a different value is not the same write")
+	}
+	if r.pending("k", "6", "v") || r.pending("k", "5", "v") {
+		t.Error("entry kept after the cache moved on")
+	}
+	r.record("k", "", "v") // no version: nothing to compare with later
+	if r.pending("k", "", "v") {
+		t.Error("write without a version remembered")
+	}
+	r.record("k", "7", "v")
+	r.forget("k")
+	if r.pending("k", "7", "v") {
+		t.Error("forget kept the entry")
+	}
+}

@@ -126,6 +126,13 @@ func (c *Controller) pvcChanged(obj any) {
 	}
 }
 
+func (c *Controller) pvcDeleted(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.writes.forget("pvc:" + key)
+	}
+	c.pvcChanged(obj)
+}
+
 func (c *Controller) updatePVC(oldObj, newObj any) {
 	oldPVC, ok1 := oldObj.(*corev1.PersistentVolumeClaim)
 	newPVC, ok2 := newObj.(*corev1.PersistentVolumeClaim)
