@@ -23,7 +23,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/internal/fakeapi"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/fakeapi"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )

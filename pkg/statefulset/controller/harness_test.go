@@ -29,7 +29,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/internal/fakeapi"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/fakeapi"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
@@ -62,7 +62,7 @@ func newHarness(t *testing.T, objects ...runtime.Object) *harness {
 	h.factory = informers.NewSharedInformerFactory(h.client, 0)
 	m := ssmetrics.New()
 	h.registry = metrics.NewKubeRegistry()
-	if err := m.Register(h.registry); err != nil {
+	if err := m.Register(h.registry.Register); err != nil {
 		t.Fatal(err)
 	}
 	ctrl, err := New(ctx, h.client, h.factory, h.recorder, clock.RealClock{},

@@ -89,11 +89,12 @@ func New() *Metrics {
 	}
 }
 
-// Register adds the metrics to a registry (the binary uses
-// legacyregistry's or its own KubeRegistry; tests use a fresh one).
-func (m *Metrics) Register(r metrics.KubeRegistry) error {
+// Register adds the metrics to a registry through its Register function:
+// legacyregistry.Register in the binary (served with the workqueue and
+// leader election metrics), a KubeRegistry's Register in tests.
+func (m *Metrics) Register(register func(metrics.Registerable) error) error {
 	for _, c := range []metrics.Registerable{m.pvcPatches, m.replicasPending, m.replicasInfeasible, m.reconcileDuration} {
-		if err := r.Register(c); err != nil {
+		if err := register(c); err != nil {
 			return err
 		}
 	}

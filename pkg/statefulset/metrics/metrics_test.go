@@ -14,7 +14,7 @@ func newRegistered(t *testing.T) (*Metrics, metrics.KubeRegistry) {
 	t.Helper()
 	m := New()
 	r := metrics.NewKubeRegistry()
-	if err := m.Register(r); err != nil {
+	if err := m.Register(r.Register); err != nil {
 		t.Fatal(err)
 	}
 	return m, r

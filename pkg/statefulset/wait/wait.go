@@ -131,7 +131,19 @@ func Wait(ctx context.Context, getter Getter, namespace, name string, opts Optio
 	if opts.Timeout <= 0 {
 		return Verdict{Done: true, Outcome: Failed, Message: fmt.Sprintf("timeout must be positive, got %s", opts.Timeout)}
 	}
+	// last is the last observation of the StatefulSet; a failed read does not
+	// replace it (near the deadline the client's own rate limiter fails
+	// reads, which says nothing about the resize), unless nothing was
+	// observed at all.
 	last := Verdict{Message: "not observed yet"}
+	observed := false
+	reported := ""
+	report := func(message string) {
+		if message != reported && opts.Progress != nil {
+			opts.Progress(message)
+		}
+		reported = message
+	}
 	var fatal error
 	err := apiwait.PollUntilContextTimeout(ctx, opts.Interval, opts.Timeout, true, func(ctx context.Context) (bool, error) {
 		sts, err := getter.GetStatefulSet(ctx, namespace, name)
@@ -146,12 +158,18 @@ func Wait(ctx context.Context, getter Getter, namespace, name string, opts Optio
 			if ctx.Err() != nil {
 				return false, ctx.Err()
 			}
-			v = Verdict{Message: fmt.Sprintf("reading StatefulSet %s/%s: %v", namespace, name, err)}
+			message := fmt.Sprintf("reading StatefulSet %s/%s: %v", namespace, name, err)
+			report(message)
+			if !observed {
+				last = Verdict{Message: message}
+			}
+			return false, nil
 		default:
 			v = Evaluate(sts)
+			observed = true
 		}
-		if v.Message != last.Message && opts.Progress != nil && !v.Done {
-			opts.Progress(v.Message)
+		if !v.Done {
+			report(v.Message)
 		}
 		last = v
 		return v.Done, nil

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/internal/fakeapi"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/fakeapi"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 

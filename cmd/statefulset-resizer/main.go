@@ -1,0 +1,268 @@
+// Command statefulset-resizer reconciles the volume claim templates of
+// StatefulSets with their PVCs (KEP-661, with KEP-1790 recovery), and its
+// `wait` subcommand blocks a CI/CD job until a StatefulSet's volumes are
+// resized. See docs/statefulset-resizer.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics/legacyregistry"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_master_status
+	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue_* metrics of the queue
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/controller"
+	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const command = "statefulset-resizer"
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main is the whole command; it returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "wait" {
+		return runWait(args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	opts := addFlags(fs)
+	klog.InitFlags(fs)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stdout, "Usage: %s [flags]\n       %s wait NAMESPACE/NAME [--timeout 5m] [--kubeconfig FILE]\n\nFlags:\n", command, command)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(stderr, "%s: %v (see --help)\n", command, err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q (the only subcommand is \"wait\"; see --help)\n", command, fs.Arg(0))
+		return 2
+	}
+	if opts.showVersion {
+		fmt.Fprintln(stdout, command, version)
+		return 0
+	}
+	if err := opts.validate(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", command, err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	klog.FromContext(ctx).Info("Starting", "command", command, "version", version)
+	err := run(ctx, opts)
+	klog.Flush()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", command, err)
+		return 1
+	}
+	return 0
+}
+
+type options struct {
+	showVersion bool
+	kubeconfig  string
+	workers     int
+	qps         float64
+	burst       int
+	resync      time.Duration
+
+	leaderElection          bool
+	leaderElectionNamespace string
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
+	leaderElectionLabels    labelMap
+
+	httpEndpoint string
+	metricsPath  string
+}
+
+func addFlags(fs *flag.FlagSet) *options {
+	o := &options{leaderElectionLabels: labelMap{}}
+	fs.BoolVar(&o.showVersion, "version", false, "Show version.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
+	fs.IntVar(&o.workers, "workers", 10, "Number of StatefulSets reconciled in parallel.")
+	fs.Float64Var(&o.qps, "kube-api-qps", 5, "QPS to use while communicating with the kubernetes apiserver.")
+	fs.IntVar(&o.burst, "kube-api-burst", 10, "Burst to use while communicating with the kubernetes apiserver.")
+	fs.DurationVar(&o.resync, "resync-period", 10*time.Minute, "Resync period of the informers: every StatefulSet is re-evaluated this often even without changes. 0 disables it.")
+	fs.BoolVar(&o.leaderElection, "leader-election", false, "Enable leader election (Lease \""+controller.Name+"\").")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease. Defaults to the pod's namespace.")
+	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "Duration that non-leader candidates wait before forcing to acquire leadership.")
+	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "Duration that the acting leader retries refreshing leadership before giving up.")
+	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 5*time.Second, "Duration the leader election clients wait between tries of actions.")
+	fs.Var(&o.leaderElectionLabels, "leader-election-labels", "Labels added to the Lease while this replica leads, as key:value pairs separated by commas, e.g. 'team:storage,tier:control'.")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
+	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+	return o
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.workers < 1:
+		return fmt.Errorf("--workers must be positive, got %d", o.workers)
+	case o.qps <= 0:
+		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.qps)
+	case o.burst < 1:
+		return fmt.Errorf("--kube-api-burst must be positive, got %d", o.burst)
+	case o.resync < 0:
+		return fmt.Errorf("--resync-period must not be negative, got %s", o.resync)
+	case !strings.HasPrefix(o.metricsPath, "/"):
+		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
+	}
+	if o.leaderElection {
+		// client-go's leader election panics on these; say it in one line.
+		switch {
+		case o.retryPeriod <= 0:
+			return fmt.Errorf("--leader-election-retry-period must be positive, got %s", o.retryPeriod)
+		case float64(o.renewDeadline) <= 1.2*float64(o.retryPeriod):
+			return fmt.Errorf("--leader-election-renew-deadline (%s) must be greater than 1.2 × --leader-election-retry-period (%s)", o.renewDeadline, o.retryPeriod)
+		case o.leaseDuration <= o.renewDeadline:
+			return fmt.Errorf("--leader-election-lease-duration (%s) must be greater than --leader-election-renew-deadline (%s)", o.leaseDuration, o.renewDeadline)
+		}
+	}
+	return nil
+}
+
+// labelMap is a flag value of key:value pairs separated by commas, the format
+// of the CSI sidecars' --leader-election-labels.
+type labelMap map[string]string
+
+func (m labelMap) String() string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, k+":"+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (m labelMap) Set(value string) error {
+	for _, item := range strings.Split(value, ",") {
+		k, v, ok := strings.Cut(item, ":")
+		if !ok || k == "" || strings.Contains(v, ":") {
+			return fmt.Errorf("malformed label %q, want key:value", item)
+		}
+		m[k] = v
+	}
+	return nil
+}
+
+func run(ctx context.Context, o *options) error {
+	logger := klog.FromContext(ctx)
+	config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("building the Kubernetes client config (check --kubeconfig): %w", err)
+	}
+	config.QPS, config.Burst = float32(o.qps), o.burst
+	config = rest.AddUserAgent(config, command)
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+
+	factory := informers.NewSharedInformerFactory(client, o.resync)
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: command})
+
+	m := ssmetrics.New()
+	if err := m.Register(legacyregistry.Register); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	ctrl, err := controller.New(ctx, client, factory, recorder, clock.RealClock{}, controller.Options{Metrics: m})
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	if o.httpEndpoint != "" {
+		mux.Handle(o.metricsPath, legacyregistry.Handler())
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		srv := &http.Server{Addr: o.httpEndpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "HTTP endpoint failed", "address", o.httpEndpoint)
+				klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+			}
+		}()
+		defer srv.Close()
+		logger.Info("Serving metrics", "address", o.httpEndpoint, "path", o.metricsPath)
+	}
+
+	done := make(chan error, 1)
+	runController := func(ctx context.Context) { done <- ctrl.Run(ctx, o.workers) }
+	if !o.leaderElection {
+		go runController(ctx)
+		return <-done
+	}
+
+	// A separate client, so that leader election is not starved when the
+	// controller's client is throttled by --kube-api-qps.
+	leClient, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("creating the leader election client: %w", err)
+	}
+	le := leaderelection.NewLeaderElection(leClient, controller.Name, runController)
+	if o.httpEndpoint != "" {
+		le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
+	}
+	if o.leaderElectionNamespace != "" {
+		le.WithNamespace(o.leaderElectionNamespace)
+	}
+	if len(o.leaderElectionLabels) > 0 {
+		le.WithLabels(o.leaderElectionLabels)
+	}
+	le.WithLeaseDuration(o.leaseDuration)
+	le.WithRenewDeadline(o.renewDeadline)
+	le.WithRetryPeriod(o.retryPeriod)
+	le.WithReleaseOnCancel(true) // a clean shutdown hands over at once
+	le.WithContext(ctx)
+	go func() {
+		if err := le.Run(); err != nil {
+			done <- fmt.Errorf("leader election: %w", err)
+		}
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		// Give a leading controller a moment to stop its workers.
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			return nil
+		}
+	}
+}
