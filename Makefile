@@ -47,7 +47,7 @@ check-rules: ## promtool check + unit tests of the shipped Prometheus rules (ins
 
 test-integration: ## integration tests on a real etcd + kube-apiserver (+ controller-manager) and a real CSI driver process
 	bash hack/build-k8s-bins.sh >/dev/null
-	$(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/integration/...
+	$(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/framework/... ./test/integration/... ./test/e2e/... ./test/demo/...
 
 test-e2e: ## driver-agnostic e2e suite: make test-e2e DRIVER_CMD="..." DRIVER_NAME=... INFEASIBLE_SIZE=2Ti
 	bash hack/build-k8s-bins.sh >/dev/null
