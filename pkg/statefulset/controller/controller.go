@@ -230,6 +230,16 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 		return nil
 	}
 
+	if logger.V(4).Enabled() {
+		for _, td := range decision.Templates {
+			for _, rd := range td.Replicas {
+				if rd.State != plan.Ready {
+					logger.V(4).Info("Replica not ready", "template", td.Name, "pvc", klog.KRef(sts.Namespace, rd.PVCName),
+						"state", rd.State, "reason", rd.Reason, "message", rd.Message)
+				}
+			}
+		}
+	}
 	transientErr := c.applyPatches(ctx, sts, decision)
 	c.recordEvents(sts, key, decision)
 	counts := map[string]ssmetrics.TemplateCounts{}
