@@ -115,6 +115,9 @@ type claimMemory struct {
 	inUseFailure bool
 	// inUseReported: the "in use" event was sent for this wait already.
 	inUseReported bool
+	// failedRequest is the requested size whose expansion was infeasible, so a new request
+	// can skip the slow retry in legacy mode, where allocatedResources does not record it.
+	failedRequest *resource.Quantity
 }
 
 // New wires the controller to its informers.
@@ -309,6 +312,12 @@ func (c *Controller) slowRetryWait(key string, pvc *v1.PersistentVolumeClaim, ob
 		c.slow.Remove(key)
 		return 0
 	}
+	// Legacy mode records no allocated size to compare with: only memory knows which request
+	// failed (after a restart the wait is at most one slow interval).
+	if m := c.memory(key); c.cfg.Legacy && m.failedRequest != nil && m.failedRequest.Cmp(obs.Spec) != 0 {
+		c.slow.Remove(key)
+		return 0
+	}
 	if _, ok := c.slow.Get(key); !ok {
 		last, ok := lastFailure(pvc, obs.State)
 		if !ok {
@@ -409,6 +418,8 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 			c.remember(key, func(m *claimMemory) { m.failureObserved = true })
 		}
 		// Rule 8: the slow retry starts at this, the first infeasible failure.
+		failed := pvc.Spec.Resources.Requests[v1.ResourceStorage]
+		c.remember(key, func(m *claimMemory) { m.failedRequest = &failed })
 		c.markSlow(key)
 		return c.cfg.RetryIntervalMax, nil
 	}

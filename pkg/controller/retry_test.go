@@ -219,6 +219,30 @@ func TestLegacyMode(t *testing.T) {
 	})
 }
 
+// TestLegacyNewRequestBypassesSlowRetry: in legacy mode too, a new request after an infeasible
+// failure is acted on at once, not after --retry-interval-max (rule 8; upstream's legacy path
+// has no slow retry at all).
+func TestLegacyNewRequestBypassesSlowRetry(t *testing.T) {
+	t.Parallel()
+	pvc, pv := claim("data", "10Gi", "1Gi")
+	e := start(t, setup{objects: objects(pvc, pv), legacy: true, retryMax: time.Minute,
+		responses: []csitest.Response{csitest.Fail(codes.OutOfRange, "at most 5Gi")}})
+	e.waitForClaim("data", "an error condition", func(p *v1.PersistentVolumeClaim) bool {
+		return condition(p, v1.PersistentVolumeClaimControllerResizeError) != nil
+	})
+	changed := time.Now()
+	e.setRequest("data", "3Gi")
+	got := e.waitForClaim("data", "resized to 3Gi", func(p *v1.PersistentVolumeClaim) bool {
+		return capacityOf(p.Status.Capacity) == "3Gi"
+	})
+	if d := e.csi.ExpandCalls()[1].At.Sub(changed); d > 5*time.Second {
+		t.Errorf("the call for the new request came %s after it", d)
+	}
+	if got.Status.AllocatedResources != nil || got.Status.AllocatedResourceStatuses != nil || len(got.Status.Conditions) != 0 {
+		t.Errorf("PVC: %s; want no allocated fields and no conditions", describe(got))
+	}
+}
+
 func assertNoAllocatedWrites(t *testing.T, e *env) {
 	t.Helper()
 	for _, w := range e.kube.Writes() {
