@@ -68,7 +68,10 @@ func TestRunOrderedReadyEndToEnd(t *testing.T) {
 		t.Errorf("%d PVC patches, want one per PVC (3)", n)
 	}
 	// Status is written only when it changes: every write differs from the
-	// one before it.
+	// one before it. And (KEP-661 Test Plan, feature disabled: "No change to
+	// existing StatefulSet functionality" / "The new StatefulSet status field
+	// is not exposed") the controller writes nothing of the StatefulSet but
+	// its own annotation: no spec, no status.
 	var previous string
 	for _, a := range h.api.ActionsFor("patch", "statefulsets") {
 		body := string(a.(clienttesting.PatchActionImpl).GetPatch())
@@ -76,6 +79,14 @@ func TestRunOrderedReadyEndToEnd(t *testing.T) {
 			t.Errorf("needless status write: %s", body)
 		}
 		previous = body
+		var patch map[string]map[string]map[string]any
+		if err := json.Unmarshal([]byte(body), &patch); err != nil || len(patch) != 1 || len(patch["metadata"]) != 1 ||
+			len(patch["metadata"]["annotations"]) != 1 || patch["metadata"]["annotations"][status.Annotation] == nil {
+			t.Errorf("StatefulSet patch touches more than the status annotation: %s", body)
+		}
+	}
+	if n := len(h.api.ActionsFor("update", "statefulsets")); n != 0 {
+		t.Errorf("%d StatefulSet updates", n)
 	}
 	if got := h.events(); len(got) != 0 {
 		t.Errorf("unexpected events %q", got)

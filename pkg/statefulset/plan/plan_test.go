@@ -473,7 +473,12 @@ func TestInfeasibilityDetection(t *testing.T) {
 
 // KEP-661 Test Plan, feature disabled: "No change to existing StatefulSet
 // functionality" — when templates and PVCs agree there is nothing to do, and
-// a StatefulSet without templates only gets an empty status.
+// a StatefulSet without templates only gets an empty status. (The other two
+// bullets of that group, "Validation that doesn't allow PVC template to
+// change is still intact" and "The new StatefulSet status field is not
+// exposed", are the apiserver's: this controller has no feature gate, never
+// changes validation, and writes an annotation, never .status — see the
+// controller test TestRunOrderedReadyEndToEnd.)
 func TestNoChangeWhenNothingToDo(t *testing.T) {
 	w := newWorld(3, ordered, "data=1Gi", "logs=5Gi")
 	d := w.decide(t)
