@@ -23,11 +23,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/fakeapi"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
@@ -87,14 +85,22 @@ func newHarness(t *testing.T, objects ...runtime.Object) *harness {
 
 // testLogger sends the controller's logs to t.Log until the test ends
 // (goroutines that are still winding down must not log into a finished test).
-func testLogger(t *testing.T) logr.Logger {
-	var done atomic.Bool
-	t.Cleanup(func() { done.Store(true) })
-	return funcr.New(func(prefix, args string) {
-		if !done.Load() {
-			t.Log(prefix, args)
-		}
-	}, funcr.Options{Verbosity: 4})
+func testLogger(t *testing.T) klog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) })
+	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(w), textlogger.Verbosity(4)))
+}
+
+type testWriter struct {
+	t    *testing.T
+	done atomic.Bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
 }
 
 // run starts the workers; they stop at the end of the test.
