@@ -41,6 +41,7 @@ type setup struct {
 	callTimeout     time.Duration
 	workers         int
 	watchDelay      time.Duration
+	kubeOptions     []kubetest.Option
 	objects         []runtime.Object
 	responses       []csitest.Response
 	defaultResponse *csitest.Response
@@ -97,7 +98,7 @@ func start(t *testing.T, s setup) *env {
 		t.Fatalf("handshake: %v", err)
 	}
 
-	kube := kubetest.NewClientset(s.objects, kubetest.WithWatchDelay(s.watchDelay))
+	kube := kubetest.NewClientset(s.objects, append(s.kubeOptions, kubetest.WithWatchDelay(s.watchDelay))...)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	pvcs := factory.Core().V1().PersistentVolumeClaims()
 	pvs := factory.Core().V1().PersistentVolumes()

@@ -57,6 +57,7 @@ type Clientset struct {
 	rv int64
 	// watchDelay delays every watch event, like the latency of a loaded apiserver.
 	watchDelay time.Duration
+	extra      []reactor
 }
 
 // Option configures a Clientset.
@@ -66,6 +67,18 @@ type Option func(*Clientset)
 // that a test can see what the controller does when its informers lag behind its own writes,
 // as they do against a busy apiserver.
 func WithWatchDelay(d time.Duration) Option { return func(c *Clientset) { c.watchDelay = d } }
+
+// WithReactor installs a reactor in front of the fake's own, for injecting faults. Reactors
+// can only be added before the clientset is used: client-go's Fake does not lock its reactor
+// chain against concurrent calls.
+func WithReactor(verb, resource string, fn clienttesting.ReactionFunc) Option {
+	return func(c *Clientset) { c.extra = append(c.extra, reactor{verb, resource, fn}) }
+}
+
+type reactor struct {
+	verb, resource string
+	fn             clienttesting.ReactionFunc
+}
 
 // NewClientset returns a fake holding objects (each given a resourceVersion).
 func NewClientset(objects []runtime.Object, opts ...Option) *Clientset {
@@ -79,6 +92,9 @@ func NewClientset(objects []runtime.Object, opts ...Option) *Clientset {
 		if err := c.tracker.Add(obj); err != nil {
 			panic(fmt.Sprintf("adding %T: %v", obj, err))
 		}
+	}
+	for _, r := range c.extra {
+		c.AddReactor(r.verb, r.resource, r.fn)
 	}
 	c.AddReactor("patch", "*", c.patch)
 	c.AddReactor("update", "*", c.update)
