@@ -1,6 +1,8 @@
 package controller_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/csi-resizer/csi-resizer/pkg/controller"
+	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/csitest"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/kubetest"
 )
@@ -242,5 +245,51 @@ func TestRedriveNodeFailure(t *testing.T) {
 	e.waitForEvent(controller.EventFileSystemRequired)
 	if n := len(e.csi.ExpandCalls()); n != 0 {
 		t.Errorf("ControllerExpandVolume calls = %d, want 0", n)
+	}
+}
+
+// failFirst returns a plain error, without a gRPC status, from its first call: a broken
+// connection, say.
+type failFirst struct {
+	next  csi.Expander
+	calls atomic.Int32
+}
+
+func (f *failFirst) Expand(ctx context.Context, req csi.ExpandRequest) (csi.ExpandResult, error) {
+	if f.calls.Add(1) == 1 {
+		return csi.ExpandResult{}, errors.New("connection reset by peer")
+	}
+	return f.next.Expand(ctx, req)
+}
+
+// TestErrorWithoutStatus: an error that carries no gRPC status is uncertain: reason
+// "Uncertain", state unchanged, class transient, and the retry keeps the allocated size.
+func TestErrorWithoutStatus(t *testing.T) {
+	t.Parallel()
+	pvc, pv := claim("data", "2Gi", "1Gi")
+	e := start(t, setup{
+		objects:      objects(pvc, pv),
+		retryStart:   time.Minute,
+		wrapExpander: func(next csi.Expander) csi.Expander { return &failFirst{next: next} },
+	})
+	got := e.waitForClaim("data", "an error condition", func(p *v1.PersistentVolumeClaim) bool {
+		return condition(p, v1.PersistentVolumeClaimControllerResizeError) != nil
+	})
+	c := condition(got, v1.PersistentVolumeClaimControllerResizeError)
+	if c.Reason != "Uncertain" || !contains(c.Message, "connection reset by peer") {
+		t.Errorf("condition %s %q, want Uncertain with the error text", c.Reason, c.Message)
+	}
+	if state(got) != v1.PersistentVolumeClaimControllerResizeInProgress || allocated(got) != "2Gi" {
+		t.Errorf("PVC: %s; want ControllerResizeInProgress at 2Gi", describe(got))
+	}
+	e.waitForEvent(controller.EventResizeFailed)
+	if v := e.metric("csi_resizer_controller_expand_errors_total", map[string]string{"grpc_code": "Uncertain", "class": "transient"}); v != 1 {
+		t.Errorf("csi_resizer_controller_expand_errors_total{grpc_code=Uncertain,class=transient} = %v, want 1", v)
+	}
+	// A lower request is not followed: the outcome of the failed call is unknown.
+	e.setRequest("data", "1500Mi")
+	got = e.waitForClaim("data", "done", func(p *v1.PersistentVolumeClaim) bool { return state(p) == "" })
+	if capacityOf(got.Status.Capacity) != "2Gi" {
+		t.Errorf("PVC: %s; want done at the allocated 2Gi", describe(got))
 	}
 }

@@ -32,16 +32,18 @@ const (
 
 // setup describes one controller under test.
 type setup struct {
-	driver          csitest.Options
-	legacy          bool
-	handleInUse     bool
-	noAnnotate      bool
-	retryStart      time.Duration
-	retryMax        time.Duration
-	callTimeout     time.Duration
-	workers         int
-	watchDelay      time.Duration
-	kubeOptions     []kubetest.Option
+	driver      csitest.Options
+	legacy      bool
+	handleInUse bool
+	noAnnotate  bool
+	retryStart  time.Duration
+	retryMax    time.Duration
+	callTimeout time.Duration
+	workers     int
+	watchDelay  time.Duration
+	kubeOptions []kubetest.Option
+	// wrapExpander, when set, stands between the controller and the CSI client.
+	wrapExpander    func(csi.Expander) csi.Expander
 	objects         []runtime.Object
 	responses       []csitest.Response
 	defaultResponse *csitest.Response
@@ -106,9 +108,13 @@ func start(t *testing.T, s setup) *env {
 	reg := compmetrics.NewKubeRegistry()
 	rec.Register(reg)
 	events := &kubetest.Recorder{}
+	var expander csi.Expander = csi.NewClient(conn, s.callTimeout)
+	if s.wrapExpander != nil {
+		expander = s.wrapExpander(expander)
+	}
 	ctrl := controller.New(controller.Config{
 		Driver:             driver,
-		Expander:           csi.NewClient(conn, s.callTimeout),
+		Expander:           expander,
 		Client:             kube,
 		Writer:             &status.APIWriter{Client: kube, FieldManager: "csi-resizer"},
 		Recorder:           events,
