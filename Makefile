@@ -55,7 +55,7 @@ test-e2e: ## driver-agnostic e2e suite: make test-e2e DRIVER_CMD="..." DRIVER_NA
 	E2E_DRIVER_CMD="$(DRIVER_CMD)" E2E_DRIVER_NAME="$(DRIVER_NAME)" E2E_DRIVER_ENDPOINT="$(DRIVER_ENDPOINT)" E2E_INFEASIBLE_SIZE="$(INFEASIBLE_SIZE)" \
 	  $(GO) test -tags integration -count=1 -timeout 30m -v ./test/e2e/...
 
-demo: build ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery
+demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery
 	bash hack/demo.sh
 
 bench: ## benchmarks on the real control plane (not part of CI pass/fail); writes a table and JSON
