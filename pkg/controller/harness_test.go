@@ -210,16 +210,20 @@ func (e *env) setRequest(name, size string) {
 // waitLimit.
 func (e *env) waitFor(what string, cond func() (bool, string)) {
 	e.t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	deadline := time.NewTimer(waitLimit)
+	defer deadline.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
 	for {
 		ok, why := cond()
 		if ok {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-poll.C:
+		case <-deadline.C:
 			e.t.Fatalf("waited %s for %s: %s", waitLimit, what, why)
 		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for an outcome
 	}
 }
 

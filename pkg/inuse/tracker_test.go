@@ -52,12 +52,16 @@ func (r *released) has(key string) bool {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
+		select {
+		case <-poll.C:
+		case <-deadline.C:
 			t.Fatalf("waited 10s for %s", what)
 		}
-		time.Sleep(10 * time.Millisecond) // polling interval
 	}
 }
 
