@@ -108,6 +108,8 @@ func randomWorld(b *byteSource) *world {
 //     failure) while replica i of the same template is unfinished or failing;
 //   - only PVCs of running, updated, non-terminating pods are patched, each
 //     at most once, to exactly the template size;
+//   - a replica is Ready exactly when its capacity reaches the template
+//     (DESIGN §3.5), whatever its request above the template;
 //   - the status counts add up.
 func FuzzDecideInvariants(f *testing.F) {
 	f.Add([]byte{})
@@ -152,6 +154,22 @@ func FuzzDecideInvariants(f *testing.F) {
 					}
 					if rd.Patch.To.Cmp(td.Size) != 0 {
 						t.Fatalf("patched %s to %s, template says %s", rd.PVCName, &rd.Patch.To, &td.Size)
+					}
+				}
+				// DESIGN §3.5: readyReplicas counts replicas whose PVC
+				// capacity is at least the template size; a request left
+				// above the template does not make such a replica unready.
+				if pvc := w.pvcs[rd.PVCName]; pvc != nil && !td.Size.IsZero() {
+					capacity := pvc.Status.Capacity[corev1.ResourceStorage]
+					request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+					if rd.State == Ready && capacity.Cmp(td.Size) < 0 {
+						t.Fatalf("%s Ready with capacity %s below the template's %s", rd.PVCName, &capacity, &td.Size)
+					}
+					pod := w.pods[rd.PodName]
+					eligible := pod != nil && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil &&
+						pod.Labels[appsv1.StatefulSetRevisionLabel] == testRevision && pvc.Status.Phase == corev1.ClaimBound
+					if eligible && capacity.Cmp(td.Size) >= 0 && request.Cmp(td.Size) >= 0 && rd.State != Ready {
+						t.Fatalf("%s (request %s, capacity %s, template %s) is %s/%s, want Ready", rd.PVCName, &request, &capacity, &td.Size, rd.State, rd.Reason)
 					}
 				}
 				if d.Ordered && unfinished {

@@ -237,7 +237,16 @@ func Decide(in Input) *Decision {
 // or infeasible as reported by the resizer) are kept: they are true whether
 // or not we act.
 func holdBack(rd ReplicaDecision) ReplicaDecision {
-	if rd.Patch == nil && (rd.State == Ready || rd.Reason == ReasonResizeInfeasible) {
+	if rd.Patch == nil && rd.State == Ready {
+		// A Ready replica left above the template is told about (event)
+		// when the ordered walk reaches it, like any other decision not to
+		// patch; its status message note stays, it describes the PVC.
+		if rd.Event != nil && rd.Event.Reason == EventFailedToPatchPVC {
+			rd.Event = nil
+		}
+		return rd
+	}
+	if rd.Patch == nil && rd.Reason == ReasonResizeInfeasible {
 		return rd
 	}
 	return ReplicaDecision{
@@ -336,20 +345,16 @@ func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVo
 		// Rule 2: decreases only of a request this controller raised, and
 		// only to a size above the capacity (KEP-1790 recovery from a failed
 		// expansion). Everything else is reported, never fought over.
-		if !raisedByController(pvc, &request) {
-			return failed(EventFailedToPatchPVC, ReasonNotRaisedByController,
-				"not lowering the request from %s to the template's %s: it was not raised by statefulset-resizer", &request, size)
+		raised := raisedByController(pvc, &request)
+		if raised && size.Cmp(capacity) > 0 {
+			if sc != nil && !allowsExpansion(sc) {
+				return failed(EventFailedToPatchPVC, ReasonExpansionNotAllowed,
+					"cannot resize to %s: StorageClass %s does not allow volume expansion", size, sc.Name)
+			}
+			rd.Patch = newPatch(sts, pvc, &request, size)
+			return pending(ReasonRecovering, "lowering the request from %s to %s to recover from a failed expansion (capacity %s)", &request, size, &capacity)
 		}
-		if size.Cmp(capacity) <= 0 {
-			return failed(EventFailedToPatchPVC, ReasonShrinkBelowCapacity,
-				"cannot lower the request from %s to %s: not above the volume's capacity %s (volumes cannot shrink)", &request, size, &capacity)
-		}
-		if sc != nil && !allowsExpansion(sc) {
-			return failed(EventFailedToPatchPVC, ReasonExpansionNotAllowed,
-				"cannot resize to %s: StorageClass %s does not allow volume expansion", size, sc.Name)
-		}
-		rd.Patch = newPatch(sts, pvc, &request, size)
-		return pending(ReasonRecovering, "lowering the request from %s to %s to recover from a failed expansion (capacity %s)", &request, size, &capacity)
+		return aboveTemplate(rd, pvc, raised, &request, &capacity, size)
 	}
 
 	if capacity.Cmp(*size) >= 0 {
@@ -364,6 +369,39 @@ func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVo
 		return pending(ReasonResizing, "resizing from %s to %s, last error: %s", &capacity, size, detail)
 	}
 	return pending(ReasonResizing, "resizing from %s to %s", &capacity, size)
+}
+
+// aboveTemplate decides for a PVC whose request is above the template and
+// that is not lowered: a person raised it, or the template is at or below the
+// volume's capacity (volumes cannot shrink). DESIGN §3.5 counts a replica as
+// ready by its capacity, so such a replica is Ready once its capacity reaches
+// the template: the request left above the template is not a failure of the
+// resize (wait must pass), only something to tell the user, in the status
+// message and with a FailedToPatchPVC event. Below the template it is still
+// resizing (towards the higher request) or, if the resizer says so,
+// infeasible.
+func aboveTemplate(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, raised bool, request, capacity, size *resource.Quantity) ReplicaDecision {
+	rd.Reason = ReasonNotRaisedByController
+	rd.Message = fmt.Sprintf("not lowering the request from %s to the template's %s: it was not raised by statefulset-resizer", request, size)
+	if raised {
+		rd.Reason = ReasonShrinkBelowCapacity
+		rd.Message = fmt.Sprintf("cannot lower the request from %s to %s: not above the volume's capacity %s (volumes cannot shrink)", request, size, capacity)
+	}
+	rd.Event = &Event{Reason: EventFailedToPatchPVC, Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message)}
+	if capacity.Cmp(*size) >= 0 {
+		rd.State = Ready
+		return rd
+	}
+	// Only a request a person raised gets here (ours is lowered above).
+	if infeasible, detail := infeasibility(pvc); infeasible {
+		rd.State, rd.Reason = Failed, ReasonResizeInfeasible
+		rd.Message = fmt.Sprintf("cannot resize to %s (a request not raised by statefulset-resizer, above the template's %s): %s", request, size, detail)
+		rd.Event = &Event{Reason: EventVolumeResizeInfeasible, Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message)}
+		return rd
+	}
+	rd.State = Pending
+	rd.Message += fmt.Sprintf("; waiting for the capacity %s to reach the template", capacity)
+	return rd
 }
 
 func phaseOrUnknown(p corev1.PodPhase) corev1.PodPhase {
@@ -582,18 +620,28 @@ func (d *Decision) Status() status.VolumeClaimTemplates {
 	return out
 }
 
+// failureMessage lists the infeasible replicas first, then the replicas
+// whose request is left above the template (counted by their capacity, see
+// aboveTemplate), at most maxMessageEntries in all.
 func failureMessage(td *TemplateDecision) string {
 	var parts []string
 	more := 0
-	for _, rd := range td.Replicas {
-		if rd.State != Failed {
-			continue
-		}
+	add := func(rd *ReplicaDecision) {
 		if len(parts) == maxMessageEntries {
 			more++
-			continue
+			return
 		}
 		parts = append(parts, rd.PVCName+": "+rd.Message)
+	}
+	for i := range td.Replicas {
+		if td.Replicas[i].State == Failed {
+			add(&td.Replicas[i])
+		}
+	}
+	for i := range td.Replicas {
+		if rd := &td.Replicas[i]; rd.State != Failed && (rd.Reason == ReasonNotRaisedByController || rd.Reason == ReasonShrinkBelowCapacity) {
+			add(rd)
+		}
 	}
 	if more > 0 {
 		parts = append(parts, fmt.Sprintf("and %d more", more))

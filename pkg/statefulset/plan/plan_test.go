@@ -166,46 +166,39 @@ func TestKEP661_ControllerRevisionAfterResize(t *testing.T) {
 // KEP-661 Test Plan: "A user decreases the size of a PVC template. The user
 // should be able to successfully submit the modified StatefulSet. There
 // should be an error message (event) generated on the StatefulSet object
-// stating that the patching of the PVC object has failed. While in failed
-// state, the finishedReconciliationGeneration ... is not increased ... and the
-// readyReplicas field stays at 0. When increasing the size of the PVC
-// template back to its original size, the error should be resolved and the
-// finishedReconciliationGeneration ... should be increased to the generation
-// of the StatefulSet and the readyReplicas field should be updated to the
-// number of replicas in the StatefulSet." — with "For monotonic, the
-// StatefulSet reconciliation should stay stuck on the first replica" and
-// "For burst, the StatefulSet reconciliation should continue to the next
-// replica".
+// stating that the patching of the PVC object has failed. ... When
+// increasing the size of the PVC template back to its original size, the
+// error should be resolved".
+//
+// Where the KEP goes on ("readyReplicas field stays at 0", "the
+// StatefulSet reconciliation should stay stuck on the first replica"), this
+// product follows DESIGN §3.5 instead, which wins over the KEP: readyReplicas
+// counts replicas whose PVC capacity is at least the template size. A PVC
+// left above a lowered template is such a replica: it is Ready (so the
+// template is finished and `wait` exits 0), OrderedReady goes on past it, and
+// the request that was not lowered is reported in the status message and
+// with a FailedToPatchPVC event per PVC — not as infeasible.
 func TestKEP661_DecreaseTemplate_ReportedThenResolved(t *testing.T) {
-	for _, tc := range []struct {
-		policy         appsv1.PodManagementPolicyType
-		wantReasons    []string
-		wantEvents     []string
-		wantInfeasible int32
-	}{
-		{ordered,
-			[]string{ReasonNotRaisedByController, ReasonWaitingForPreviousReplica, ReasonWaitingForPreviousReplica},
-			[]string{"FailedToPatchPVC:data-web-0"}, 1},
-		{parallel,
-			[]string{ReasonNotRaisedByController, ReasonNotRaisedByController, ReasonNotRaisedByController},
-			[]string{"FailedToPatchPVC:data-web-0", "FailedToPatchPVC:data-web-1", "FailedToPatchPVC:data-web-2"}, 3},
-	} {
-		t.Run(string(tc.policy), func(t *testing.T) {
-			w := newWorld(3, tc.policy, "data=2Gi")
+	for _, policy := range policies {
+		t.Run(string(policy), func(t *testing.T) {
+			w := newWorld(3, policy, "data=2Gi")
 			w.decide(t)
 			w.setTemplate("data", "1Gi")
 			d := w.decide(t)
 			expect(t, "patches", patches(d), nil) // never lower a PVC we did not raise
-			expect(t, "reasons", reasons(d, "data"), tc.wantReasons)
-			expect(t, "events", events(d), tc.wantEvents)
-			expectStatus(t, d, "data", 0, tc.wantInfeasible, 1)
-			if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "data-web-0") {
-				t.Errorf("status message %q does not name the PVC", msg)
+			expect(t, "reasons", reasons(d, "data"), repeat(ReasonNotRaisedByController, 3))
+			expect(t, "states", states(d, "data"), repeat(string(Ready), 3))
+			expect(t, "events", events(d), []string{"FailedToPatchPVC:data-web-0", "FailedToPatchPVC:data-web-1", "FailedToPatchPVC:data-web-2"})
+			expectStatus(t, d, "data", 3, 0, w.sts.Generation)
+			msg := templateStatus(t, d, "data").Message
+			if !strings.Contains(msg, "data-web-0: not lowering the request from 2Gi to the template's 1Gi") {
+				t.Errorf("status message %q does not name the PVC and why", msg)
 			}
 
 			w.setTemplate("data", "2Gi") // back to the original size
 			d = w.decide(t)
 			expect(t, "events after restore", events(d), nil)
+			expect(t, "reasons after restore", reasons(d, "data"), repeat(ReasonResized, 3))
 			expectStatus(t, d, "data", 3, 0, w.sts.Generation)
 			if msg := templateStatus(t, d, "data").Message; msg != "" {
 				t.Errorf("message after restore = %q, want empty", msg)
@@ -214,15 +207,63 @@ func TestKEP661_DecreaseTemplate_ReportedThenResolved(t *testing.T) {
 	}
 }
 
+// DESIGN §3.5 over KEP-661: a replica left above a lowered template counts
+// by its capacity. Below the template (a person raised the request and the
+// resizer is still on it) it is pending, and with OrderedReady the replicas
+// after it wait; once the capacity reaches the template it is Ready.
+func TestAboveTemplateCountsByCapacity(t *testing.T) {
+	w := newWorld(2, ordered, "data=1Gi")
+	w.decide(t)
+	// A person raises replica 0 to 8Gi; the resizer has not started.
+	w.pvcs["data-web-0"].Spec.Resources.Requests[corev1.ResourceStorage] = resourceMust("8Gi")
+	w.setTemplate("data", "2Gi")
+	d := w.decide(t)
+	expect(t, "patches", patches(d), nil)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonNotRaisedByController, ReasonWaitingForPreviousReplica})
+	expect(t, "states", states(d, "data"), []string{string(Pending), string(Pending)})
+	expect(t, "events", events(d), []string{"FailedToPatchPVC:data-web-0"})
+	expectStatus(t, d, "data", 0, 0, 1)
+
+	// The resizer says 8Gi is infeasible: that is a failure to report.
+	w.markInfeasible("data-web-0", corev1.PersistentVolumeClaimControllerResizeInfeasible,
+		corev1.PersistentVolumeClaimControllerResizeError, "OutOfRange", "pool full")
+	d = w.decide(t)
+	expect(t, "reasons when infeasible", reasons(d, "data"), []string{ReasonResizeInfeasible, ReasonWaitingForPreviousReplica})
+	expect(t, "events when infeasible", events(d), []string{"VolumeResizeInfeasible:data-web-0"})
+	expectStatus(t, d, "data", 0, 1, 1)
+
+	// It reaches 8Gi after all: Ready, and replica 1 is patched.
+	w.finishResize("data-web-0")
+	d = w.decide(t)
+	expect(t, "reasons when expanded", reasons(d, "data"), []string{ReasonNotRaisedByController, ReasonExpanding})
+	expect(t, "patches when expanded", patches(d), []string{"data-web-1:1Gi->2Gi"})
+	expectStatus(t, d, "data", 1, 0, 1)
+	if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "data-web-0: not lowering the request from 8Gi") {
+		t.Errorf("message %q", msg)
+	}
+
+	// OrderedReady: a Ready replica behind an unfinished one keeps its
+	// status note but gets its event only when the walk reaches it.
+	w = newWorld(2, ordered, "data=2Gi")
+	w.decide(t)
+	w.setTemplate("data", "1Gi")
+	w.pods["web-0"].Status.Phase = corev1.PodPending
+	d = w.decide(t)
+	expect(t, "states behind a pending replica", states(d, "data"), []string{string(Pending), string(Ready)})
+	expect(t, "events behind a pending replica", events(d), nil)
+	if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "data-web-1: not lowering") {
+		t.Errorf("message %q", msg)
+	}
+}
+
 // KEP-661 Test Plan: "The same scenario should be tested for having multiple
-// PVC templates. ... after trying to decrease the size of one of the PVC
-// templates, its finishedReconciliationGeneration ... is not increased ...
-// and the readyReplicas field stays at 0. But for the other PVC template, its
+// PVC templates. ... But for the other PVC template, its
 // finishedReconciliationGeneration ... is increased to the generation of the
 // StatefulSet, and the readyReplicas field is updated to the number of
 // replicas" — "The same test should be done for monotonic and burst roll out
-// strategies." Templates are reconciled independently: a template that cannot
-// proceed does not hold back another one.
+// strategies." Templates are reconciled independently. The decreased template
+// counts its replicas by capacity (DESIGN §3.5, see
+// TestKEP661_DecreaseTemplate_ReportedThenResolved): ready, with a note.
 func TestKEP661_DecreaseOneOfMultipleTemplates(t *testing.T) {
 	for _, policy := range policies {
 		t.Run(string(policy), func(t *testing.T) {
@@ -242,9 +283,12 @@ func TestKEP661_DecreaseOneOfMultipleTemplates(t *testing.T) {
 			}
 			d := w.decide(t)
 			expectStatus(t, d, "logs", 2, 0, 3)
-			ts := templateStatus(t, d, "data")
-			if ts.ReadyReplicas != 0 || ts.FinishedReconciliationGeneration != 1 {
-				t.Errorf("decreased template: %+v, want readyReplicas 0 and finished 1", ts)
+			expectStatus(t, d, "data", 2, 0, 3)
+			if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "not lowering") {
+				t.Errorf("decreased template's message %q", msg)
+			}
+			if msg := templateStatus(t, d, "logs").Message; msg != "" {
+				t.Errorf("increased template's message %q, want empty", msg)
 			}
 		})
 	}
@@ -308,11 +352,18 @@ func TestKEP661_RecoveryFromInfeasibleExpansion(t *testing.T) {
 	}
 	expectStatus(t, d, "data", 0, 1, 0)
 
-	// Lowering to the capacity or below is not a recovery: refused.
+	// Lowering to the capacity or below is not a recovery: refused. The
+	// capacity is at the template, so the replica counts as ready (DESIGN
+	// §3.5), with the request that stays above it reported, not infeasible.
 	w.setTemplate("data", "1Gi")
 	d = w.decide(t)
 	expect(t, "patches to capacity", patches(d), nil)
-	expect(t, "reasons", reasons(d, "data")[:1], []string{ReasonShrinkBelowCapacity})
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonShrinkBelowCapacity, ReasonResized})
+	expect(t, "events", events(d), []string{"FailedToPatchPVC:data-web-0"})
+	expectStatus(t, d, "data", 2, 0, 3)
+	if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "data-web-0: cannot lower the request from 10Gi to 1Gi") {
+		t.Errorf("message %q", msg)
+	}
 
 	// Lowering above the capacity recovers, keeping the original size.
 	w.setTemplate("data", "5Gi")
@@ -326,7 +377,7 @@ func TestKEP661_RecoveryFromInfeasibleExpansion(t *testing.T) {
 	w.finishResize("data-web-0")
 	d = w.decide(t)
 	expect(t, "next replica", patches(d), []string{"data-web-1:1Gi->5Gi"})
-	expectStatus(t, d, "data", 1, 0, 0)
+	expectStatus(t, d, "data", 1, 0, 3)
 }
 
 // KEP-661 "Errors When Patching The PVC Object": "The storage class of the
@@ -372,6 +423,8 @@ func TestRule2_NeverLowerWhatAPersonRaised(t *testing.T) {
 	d = w.decide(t)
 	expect(t, "patches", patches(d), nil)
 	expect(t, "reasons", reasons(d, "data"), []string{ReasonNotRaisedByController})
+	expect(t, "events", events(d), []string{"FailedToPatchPVC:data-web-0"})
+	expectStatus(t, d, "data", 0, 0, 0) // capacity 1Gi: resizing towards 8Gi, not infeasible
 
 	// Raising again: the episode restarts from the person's size.
 	w.setTemplate("data", "16Gi")

@@ -223,6 +223,20 @@ func reasons(d *Decision, template string) []string {
 	return nil
 }
 
+// states renders a template's replica states in ordinal order.
+func states(d *Decision, template string) []string {
+	for _, td := range d.Templates {
+		if td.Name == template {
+			var out []string
+			for _, rd := range td.Replicas {
+				out = append(out, string(rd.State))
+			}
+			return out
+		}
+	}
+	return nil
+}
+
 // events renders the decision's events as "Reason:pvc".
 func events(d *Decision) []string {
 	var out []string

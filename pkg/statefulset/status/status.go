@@ -33,7 +33,8 @@ type Template struct {
 	// TemplateName is spec.volumeClaimTemplates[].metadata.name.
 	TemplateName string `json:"templateName"`
 	// ReadyReplicas counts the replicas whose PVC status.capacity is at least
-	// the template's requested size (and that are not stuck, see the docs).
+	// the template's requested size (DESIGN §3.5), including a PVC whose
+	// request was left above the template (reported in Message).
 	ReadyReplicas int32 `json:"readyReplicas"`
 	// FinishedReconciliationGeneration is the last StatefulSet generation for
 	// which every replica was ready. Zero (omitted) until that happens once.
@@ -42,7 +43,8 @@ type Template struct {
 	// size without a user action (driver said infeasible, patch rejected,
 	// volume cannot shrink, ...).
 	InfeasibleReplicas int32 `json:"infeasibleReplicas"`
-	// Message explains the infeasible replicas: PVC names and driver messages.
+	// Message explains the infeasible replicas (PVC names and driver
+	// messages), then the PVCs whose request is left above the template.
 	Message string `json:"message,omitempty"`
 }
 
