@@ -231,6 +231,13 @@ func TestRunServesAndReconciles(t *testing.T) {
 		pvc, err := client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "data-web-0", metav1.GetOptions{})
 		return err == nil && pvc.Spec.Resources.Requests.Storage().String() == "2Gi"
 	})
+	// The duration is observed when the sync returns, after the patch counter moved: wait for
+	// every series, not just the first.
+	wantSeries := []string{
+		`statefulset_resizer_replicas_pending{namespace="ns",statefulset="web",template="data"} 1`,
+		`statefulset_resizer_reconcile_duration_seconds_count{result="success"}`,
+		`workqueue_adds_total{name="statefulset-resizer"}`,
+	}
 	var metrics string
 	poll("metrics served", func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
@@ -240,15 +247,14 @@ func TestRunServesAndReconciles(t *testing.T) {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		metrics = string(body)
-		return resp.StatusCode == http.StatusOK && strings.Contains(metrics, `statefulset_resizer_pvc_patches_total{result="success"}`)
-	})
-	for _, want := range []string{
-		`statefulset_resizer_replicas_pending{namespace="ns",statefulset="web",template="data"} 1`,
-		`statefulset_resizer_reconcile_duration_seconds_count{result="success"}`,
-		`workqueue_adds_total{name="statefulset-resizer"}`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("metrics lack %s", want)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(metrics, `statefulset_resizer_pvc_patches_total{result="success"}`) {
+			return false
 		}
-	}
+		for _, want := range wantSeries {
+			if !strings.Contains(metrics, want) {
+				return false
+			}
+		}
+		return true
+	})
 }
