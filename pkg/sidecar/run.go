@@ -11,18 +11,22 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
+	"unique"
 
 	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -187,24 +191,199 @@ func run(ctx context.Context, opts *Options) error {
 	}
 }
 
-// slimObject drops what the resizer never reads from cached PVCs and PVs: managedFields and the
-// last-applied annotation are typically most of an object's size.
+// slimObject is the informers' transform: of each PVC and PV it keeps only what the resizer
+// reads, drops the rest (managedFields, labels, other annotations, finalizers, owner references,
+// a PV's volumeAttributes, nodeAffinity and secret references other than the controller-expand
+// one, ...), and shares what many objects hold equal (sizes, access modes, namespaces, driver
+// names) instead of keeping a copy per object. With 10k PVC/PV pairs the caches are most of the
+// sidecar's memory.
+//
+// What is read, and so kept (pkg/controller, pkg/resize, pkg/csi, pkg/status, the event
+// recorder's object reference, the log's object keys):
+//   - PVC: name, namespace, UID, resourceVersion, deletionTimestamp, spec.resources,
+//     spec.volumeName, and the whole status (the KEP-1790 state, the conditions the next status
+//     is computed from, phase, capacity).
+//   - PV: name, UID, resourceVersion, deletionTimestamp, the pre-resize-capacity annotation
+//     (compared before it is written), spec.capacity, accessModes, claimRef, volumeMode,
+//     mountOptions (the volume capability of ControllerExpandVolume), and of spec.csi the
+//     driver, volumeHandle, fsType and controllerExpandSecretRef; status.phase.
+//
+// Dropping a field here never removes it from the API object: the resizer only sends merge
+// patches of the fields it changes. A new field the resizer reads must be added here.
+//
+// Shared values (the same ResourceList map, access-mode slice or volume-mode pointer in many
+// objects) rely on client-go's rule that cached objects are read-only: the resizer deep-copies
+// a status before changing it (pkg/resize) and never writes into a cached object.
 func slimObject(obj any) (any, error) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return d, nil
-	}
 	switch o := obj.(type) {
 	case *v1.PersistentVolumeClaim:
-		o.ManagedFields = nil
-		delete(o.Annotations, lastApplied)
+		return slimClaim(o), nil
 	case *v1.PersistentVolume:
-		o.ManagedFields = nil
-		delete(o.Annotations, lastApplied)
+		return slimVolume(o), nil
 	}
+	// Anything else, including cache.DeletedFinalStateUnknown (whose object was transformed
+	// when it entered the cache), as it is.
 	return obj, nil
 }
 
-const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:              m.Name,
+		Namespace:         internString(m.Namespace),
+		UID:               m.UID,
+		ResourceVersion:   m.ResourceVersion,
+		Generation:        m.Generation,
+		CreationTimestamp: m.CreationTimestamp,
+		DeletionTimestamp: m.DeletionTimestamp,
+	}
+}
+
+func slimClaim(pvc *v1.PersistentVolumeClaim) *v1.PersistentVolumeClaim {
+	st := pvc.Status
+	st.Phase = v1.PersistentVolumeClaimPhase(internString(string(st.Phase)))
+	st.AccessModes = internModes(st.AccessModes)
+	st.Capacity = resourceLists.intern(st.Capacity)
+	st.AllocatedResources = resourceLists.intern(st.AllocatedResources)
+	return &v1.PersistentVolumeClaim{
+		ObjectMeta: slimMeta(&pvc.ObjectMeta),
+		Spec: v1.PersistentVolumeClaimSpec{
+			Resources: v1.VolumeResourceRequirements{
+				Requests: resourceLists.intern(pvc.Spec.Resources.Requests),
+				Limits:   resourceLists.intern(pvc.Spec.Resources.Limits),
+			},
+			VolumeName: pvc.Spec.VolumeName,
+		},
+		Status: st,
+	}
+}
+
+func slimVolume(pv *v1.PersistentVolume) *v1.PersistentVolume {
+	out := &v1.PersistentVolume{
+		ObjectMeta: slimMeta(&pv.ObjectMeta),
+		Spec: v1.PersistentVolumeSpec{
+			Capacity:     resourceLists.intern(pv.Spec.Capacity),
+			AccessModes:  internModes(pv.Spec.AccessModes),
+			ClaimRef:     pv.Spec.ClaimRef,
+			VolumeMode:   internVolumeMode(pv.Spec.VolumeMode),
+			MountOptions: pv.Spec.MountOptions,
+		},
+		Status: v1.PersistentVolumeStatus{Phase: v1.PersistentVolumePhase(internString(string(pv.Status.Phase)))},
+	}
+	if v, ok := pv.Annotations[features.AnnPreResizeCapacity]; ok {
+		out.Annotations = map[string]string{features.AnnPreResizeCapacity: v}
+	}
+	if ref := out.Spec.ClaimRef; ref != nil {
+		// The decoded reference belongs to this object alone; share its repeated strings.
+		ref.Kind, ref.APIVersion, ref.Namespace = internString(ref.Kind), internString(ref.APIVersion), internString(ref.Namespace)
+	}
+	if c := pv.Spec.CSI; c != nil {
+		out.Spec.CSI = &v1.CSIPersistentVolumeSource{
+			Driver:                    internString(c.Driver),
+			VolumeHandle:              c.VolumeHandle,
+			FSType:                    internString(c.FSType),
+			ControllerExpandSecretRef: c.ControllerExpandSecretRef,
+		}
+	}
+	return out
+}
+
+// internString returns the canonical copy of a string that many cached objects hold (a
+// namespace, a driver name, a phase): one copy in memory instead of one per object. Unused
+// copies are garbage collected (package unique).
+func internString(s string) string {
+	if s == "" {
+		return s
+	}
+	return unique.Make(s).Value()
+}
+
+// accessModes are shared single-mode accessModes slices.
+var accessModes = map[v1.PersistentVolumeAccessMode][]v1.PersistentVolumeAccessMode{
+	v1.ReadWriteOnce:    {v1.ReadWriteOnce},
+	v1.ReadOnlyMany:     {v1.ReadOnlyMany},
+	v1.ReadWriteMany:    {v1.ReadWriteMany},
+	v1.ReadWriteOncePod: {v1.ReadWriteOncePod},
+}
+
+func internModes(m []v1.PersistentVolumeAccessMode) []v1.PersistentVolumeAccessMode {
+	if len(m) == 1 {
+		if shared, ok := accessModes[m[0]]; ok {
+			return shared
+		}
+	}
+	return m
+}
+
+var (
+	volumeModeFilesystem = v1.PersistentVolumeFilesystem
+	volumeModeBlock      = v1.PersistentVolumeBlock
+)
+
+func internVolumeMode(m *v1.PersistentVolumeMode) *v1.PersistentVolumeMode {
+	switch {
+	case m == nil:
+		return nil
+	case *m == v1.PersistentVolumeFilesystem:
+		return &volumeModeFilesystem
+	case *m == v1.PersistentVolumeBlock:
+		return &volumeModeBlock
+	}
+	return m
+}
+
+// resourceLists shares equal ResourceLists (spec.resources.requests, status.capacity and
+// allocatedResources of PVCs, spec.capacity of PVs) among cached objects: most claims of a
+// cluster have one of a handful of sizes, and a map costs ~600 B even with a single entry (a
+// Go map allocates a group of 8 slots, and a Quantity is 56 B).
+var resourceLists = &listInterner{max: 1024}
+
+// listInterner maps the content of a ResourceList to one shared map. It holds at most max
+// lists; when full it starts over, which bounds it when sizes keep changing (objects keep the
+// lists they already share).
+type listInterner struct {
+	mu    sync.Mutex
+	max   int
+	lists map[string]v1.ResourceList
+}
+
+func (in *listInterner) intern(l v1.ResourceList) v1.ResourceList {
+	if len(l) == 0 {
+		return l
+	}
+	key := listKey(l)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if shared, ok := in.lists[key]; ok {
+		return shared
+	}
+	if in.lists == nil || len(in.lists) >= in.max {
+		in.lists = make(map[string]v1.ResourceList, in.max)
+	}
+	in.lists[key] = l
+	return l
+}
+
+// listKey identifies a ResourceList by what the resizer can observe of it: names, values and
+// formats (the canonical string of a quantity is a function of its value and format, and it is
+// all the resizer ever prints or writes of one).
+func listKey(l v1.ResourceList) string {
+	names := make([]string, 0, len(l))
+	for name := range l {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, name := range names {
+		q := l[v1.ResourceName(name)]
+		b.WriteString(name)
+		b.WriteByte('=')
+		b.WriteString(string(q.Format))
+		b.WriteByte(':')
+		b.WriteString(q.String())
+		b.WriteByte(';')
+	}
+	return b.String()
+}
 
 // newLeaderElection builds csi-lib-utils' Lease-based leader election. The Lease name is
 // upstream's (external-resizer-<driver>), so an upgrade from external-resizer keeps one
