@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -178,6 +180,22 @@ func (m labelMap) Set(value string) error {
 	return nil
 }
 
+// leaderIdentity is this process's identity on the Lease: the host name plus a random suffix.
+// csi-lib-utils' default, the host name alone, gives two replicas on one host (or a pod name
+// reused by a replacement pod) the same identity, and client-go's leader election then lets
+// both lead at once, each renewing "its" Lease.
+func leaderIdentity() (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("reading the host name for the leader identity: %w", err)
+	}
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return "", fmt.Errorf("reading randomness for the leader identity: %w", err)
+	}
+	return host + "_" + hex.EncodeToString(suffix), nil
+}
+
 // processMetrics returns the process's metrics, registered once in
 // legacyregistry (the global registry cannot take the same names twice, and
 // tests call run more than once per process).
@@ -242,7 +260,12 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("creating the leader election client: %w", err)
 	}
+	identity, err := leaderIdentity()
+	if err != nil {
+		return err
+	}
 	le := leaderelection.NewLeaderElection(leClient, controller.Name, runController)
+	le.WithIdentity(identity)
 	if o.httpEndpoint != "" {
 		le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
 	}

@@ -258,3 +258,19 @@ func TestRunServesAndReconciles(t *testing.T) {
 		return true
 	})
 }
+
+// Two processes on one host must not share a Lease identity: client-go would let both lead.
+func TestLeaderIdentityIsUniquePerProcess(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip(err)
+	}
+	a, errA := leaderIdentity()
+	b, errB := leaderIdentity()
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if a == b || !strings.HasPrefix(a, host+"_") || !strings.HasPrefix(b, host+"_") {
+		t.Errorf("identities %q and %q: want %s_<random>, different each time", a, b, host)
+	}
+}
