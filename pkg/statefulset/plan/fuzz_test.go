@@ -78,6 +78,9 @@ func randomWorld(b *byteSource) *world {
 		if s := states[b.pick(len(states))]; s != "" {
 			pvc.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{corev1.ResourceStorage: s}
 		}
+		if b.pick(3) == 0 { // the size the resizer last tried
+			pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: b.size()}
+		}
 		if b.pick(4) == 0 {
 			pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimControllerResizeError,
 				Status: corev1.ConditionTrue, Reason: []string{"OutOfRange", "Internal"}[b.pick(2)], Message: "m"}}
@@ -110,6 +113,7 @@ func randomWorld(b *byteSource) *world {
 //     at most once, to exactly the template size;
 //   - a replica is Ready exactly when its capacity reaches the template
 //     (DESIGN §3.5), whatever its request above the template;
+//   - an infeasible verdict is only taken for the size the resizer tried;
 //   - the status counts add up.
 func FuzzDecideInvariants(f *testing.F) {
 	f.Add([]byte{})
@@ -162,6 +166,9 @@ func FuzzDecideInvariants(f *testing.F) {
 				if pvc := w.pvcs[rd.PVCName]; pvc != nil && !td.Size.IsZero() {
 					capacity := pvc.Status.Capacity[corev1.ResourceStorage]
 					request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+					if tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]; ok && rd.Reason == ReasonResizeInfeasible && tried.Cmp(request) != 0 {
+						t.Fatalf("%s infeasible on a verdict for %s, but the request is %s", rd.PVCName, &tried, &request)
+					}
 					if rd.State == Ready && capacity.Cmp(td.Size) < 0 {
 						t.Fatalf("%s Ready with capacity %s below the template's %s", rd.PVCName, &capacity, &td.Size)
 					}

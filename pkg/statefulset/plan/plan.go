@@ -363,6 +363,9 @@ func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVo
 	}
 	// Rule 4: surface what the resizer (or kubelet) reported on the PVC.
 	if infeasible, detail := infeasibility(pvc); infeasible {
+		if tried, stale := staleAttempt(pvc, &request); stale {
+			return pending(ReasonResizing, "resizing from %s to %s; the last attempt, for %s, was infeasible: %s", &capacity, size, &tried, detail)
+		}
 		return failed(EventVolumeResizeInfeasible, ReasonResizeInfeasible, "cannot resize to %s: %s", size, detail)
 	}
 	if detail := lastResizeError(pvc); detail != "" {
@@ -394,6 +397,11 @@ func aboveTemplate(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, raised
 	}
 	// Only a request a person raised gets here (ours is lowered above).
 	if infeasible, detail := infeasibility(pvc); infeasible {
+		if _, stale := staleAttempt(pvc, request); stale {
+			rd.State = Pending
+			rd.Message += fmt.Sprintf("; the resizer's last attempt failed (%s), it has not tried %s yet", detail, request)
+			return rd
+		}
 		rd.State, rd.Reason = Failed, ReasonResizeInfeasible
 		rd.Message = fmt.Sprintf("cannot resize to %s (a request not raised by statefulset-resizer, above the template's %s): %s", request, size, detail)
 		rd.Event = &Event{Reason: EventVolumeResizeInfeasible, Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message)}
@@ -488,6 +496,16 @@ func infeasibility(pvc *corev1.PersistentVolumeClaim) (bool, string) {
 		}
 	}
 	return false, ""
+}
+
+// staleAttempt reports whether the resizer's last attempt was for another size than the
+// current request (status.allocatedResources, set by a KEP-1790 resizer when it starts an
+// expansion): the request changed since — lowered for recovery, or raised again — and the
+// resizer will try the new size, so a verdict on the old one says nothing about it yet. A PVC
+// without allocatedResources (a resizer without KEP-1790) is never stale.
+func staleAttempt(pvc *corev1.PersistentVolumeClaim, request *resource.Quantity) (resource.Quantity, bool) {
+	tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]
+	return tried, ok && tried.Cmp(*request) != 0
 }
 
 func lastResizeError(pvc *corev1.PersistentVolumeClaim) string {

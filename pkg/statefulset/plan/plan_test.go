@@ -625,3 +625,37 @@ func TestTemplateWithoutSize(t *testing.T) {
 	expect(t, "reasons", reasons(d, "data"), []string{ReasonNoSizeInTemplate})
 	expect(t, "patches", patches(d), nil)
 }
+
+// A KEP-1790 infeasible state describes the size the resizer tried (allocatedResources).
+// Once the request changed — lowered by our recovery patch, or by a person — the resizer will
+// try the new size, and until it has, the old verdict says nothing about it: the replica is
+// pending, with no VolumeResizeInfeasible event and nothing for `wait` to fail on.
+func TestInfeasibleVerdictIsForTheSizeTried(t *testing.T) {
+	w := newWorld(1, parallel, "data=1Gi")
+	w.setTemplate("data", "10Gi")
+	w.apply(w.decide(t))
+	w.markInfeasible("data-web-0", corev1.PersistentVolumeClaimControllerResizeInfeasible,
+		corev1.PersistentVolumeClaimControllerResizeError, "OutOfRange", "pool full")
+	d := w.decide(t)
+	expect(t, "reasons while infeasible", reasons(d, "data"), []string{ReasonResizeInfeasible})
+
+	// Recovery: our patch lowers the request; the resizer has not picked it up yet.
+	w.setTemplate("data", "5Gi")
+	d = w.decide(t)
+	expect(t, "recovery patch", patches(d), []string{"data-web-0:10Gi->5Gi"})
+	w.apply(d)
+	d = w.decide(t)
+	expect(t, "reasons before the resizer retried", reasons(d, "data"), []string{ReasonResizing})
+	expect(t, "events before the resizer retried", events(d), nil)
+	expectStatus(t, d, "data", 0, 0, 0)
+	if msg := d.Templates[0].Replicas[0].Message; !strings.Contains(msg, "10Gi") || !strings.Contains(msg, "pool full") {
+		t.Errorf("message %q should say the last attempt, for 10Gi, failed", msg)
+	}
+
+	// The resizer tries 5Gi and the driver refuses that too: infeasible again, for 5Gi.
+	w.markInfeasible("data-web-0", corev1.PersistentVolumeClaimControllerResizeInfeasible,
+		corev1.PersistentVolumeClaimControllerResizeError, "OutOfRange", "pool still full")
+	d = w.decide(t)
+	expect(t, "reasons when 5Gi is infeasible", reasons(d, "data"), []string{ReasonResizeInfeasible})
+	expect(t, "events when 5Gi is infeasible", events(d), []string{"VolumeResizeInfeasible:data-web-0"})
+}
