@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/test/framework"
 	"github.com/csi-resizer/csi-resizer/test/scenario"
@@ -50,28 +49,6 @@ func start(t *testing.T, opts scenario.Options) *scenario.Env {
 	return e
 }
 
-// finishNodeExpansion plays the kubelet for a driver that needs node expansion: capacity =
-// allocated size, state and FileSystemResizePending cleared (there is no kubelet here).
-func finishNodeExpansion(t *testing.T, e *scenario.Env, name string) {
-	t.Helper()
-	pvc := e.PVC(t, name)
-	if scenario.State(pvc) != v1.PersistentVolumeClaimNodeResizePending {
-		return
-	}
-	pvc.Status.Capacity[v1.ResourceStorage] = pvc.Status.AllocatedResources[v1.ResourceStorage]
-	delete(pvc.Status.AllocatedResourceStatuses, v1.ResourceStorage)
-	var conds []v1.PersistentVolumeClaimCondition
-	for _, c := range pvc.Status.Conditions {
-		if c.Type != v1.PersistentVolumeClaimFileSystemResizePending {
-			conds = append(conds, c)
-		}
-	}
-	pvc.Status.Conditions = conds
-	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).UpdateStatus(e.Ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("playing the kubelet for %s: %v", name, err)
-	}
-}
-
 // waitExpanded waits until the control-plane part is done at size (and finishes a node part).
 func waitExpanded(t *testing.T, e *scenario.Env, name, size string) *v1.PersistentVolumeClaim {
 	t.Helper()
@@ -80,7 +57,7 @@ func waitExpanded(t *testing.T, e *scenario.Env, name, size string) *v1.Persiste
 		node := scenario.State(pvc) == v1.PersistentVolumeClaimNodeResizePending && scenario.Is(alloc, size)
 		return node || (scenario.Is(capacity, size) && scenario.State(pvc) == ""), "want " + size + " expanded"
 	})
-	finishNodeExpansion(t, e, name)
+	e.FinishNodeExpansion(t, name)
 	return e.WaitClaim(t, name, resizeTimeout, scenario.Done(size))
 }
 

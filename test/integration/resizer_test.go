@@ -25,24 +25,6 @@ func bytesOf(size string) int64 {
 	return q.Value()
 }
 
-// playKubelet finishes a node expansion through the API, as the kubelet would.
-func playKubelet(t *testing.T, e *scenario.Env, name string) {
-	t.Helper()
-	pvc := e.PVC(t, name)
-	pvc.Status.Capacity[v1.ResourceStorage] = pvc.Status.AllocatedResources[v1.ResourceStorage]
-	delete(pvc.Status.AllocatedResourceStatuses, v1.ResourceStorage)
-	var conds []v1.PersistentVolumeClaimCondition
-	for _, c := range pvc.Status.Conditions {
-		if c.Type != v1.PersistentVolumeClaimFileSystemResizePending {
-			conds = append(conds, c)
-		}
-	}
-	pvc.Status.Conditions = conds
-	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).UpdateStatus(e.Ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("playing the kubelet for %s: %v", name, err)
-	}
-}
-
 // Scenario 2: the driver needs node expansion; the resizer hands over and then leaves it alone.
 func TestNodeExpansionRequired(t *testing.T) {
 	e := scenario.Start(t, scenario.Options{Mock: framework.MockDriverOptions{NodeExpansionRequired: true}})
@@ -64,7 +46,7 @@ func TestNodeExpansionRequired(t *testing.T) {
 	}
 	e.WaitEvent(t, "data", "FileSystemResizeRequired", 30*time.Second)
 
-	playKubelet(t, e, "data")
+	e.FinishNodeExpansion(t, "data")
 	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
 	// The resizer must not touch a PVC the node finished: no second driver call, ever.
 	framework.Consistently(t, 3*time.Second, func() (bool, string) {
@@ -168,7 +150,7 @@ func TestNodeOnlyDriver(t *testing.T) {
 	if c := e.PV(t, pv.Name).Spec.Capacity[v1.ResourceStorage]; !scenario.Is(c, "2Gi") {
 		t.Errorf("PV capacity after node-only recovery = %s, want 2Gi", c.String())
 	}
-	playKubelet(t, e, "data")
+	e.FinishNodeExpansion(t, "data")
 	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
 	if n := len(e.Driver.Calls(t, "ControllerExpandVolume")); n != 0 {
 		t.Errorf("ControllerExpandVolume calls = %d, want 0 for a node-only driver", n)

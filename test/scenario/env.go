@@ -306,3 +306,26 @@ func MetricValue(body, metric string, labels ...string) float64 {
 	}
 	return sum
 }
+
+// FinishNodeExpansion plays the kubelet for a PVC waiting in NodeResizePending (there is no
+// kubelet here): capacity = allocated size, state and FileSystemResizePending cleared. A PVC in
+// any other state is left alone.
+func (e *Env) FinishNodeExpansion(t testing.TB, name string) {
+	t.Helper()
+	pvc := e.PVC(t, name)
+	if State(pvc) != v1.PersistentVolumeClaimNodeResizePending {
+		return
+	}
+	pvc.Status.Capacity[v1.ResourceStorage] = pvc.Status.AllocatedResources[v1.ResourceStorage]
+	delete(pvc.Status.AllocatedResourceStatuses, v1.ResourceStorage)
+	var conds []v1.PersistentVolumeClaimCondition
+	for _, c := range pvc.Status.Conditions {
+		if c.Type != v1.PersistentVolumeClaimFileSystemResizePending {
+			conds = append(conds, c)
+		}
+	}
+	pvc.Status.Conditions = conds
+	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).UpdateStatus(e.Ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("playing the kubelet for %s: %v", name, err)
+	}
+}
