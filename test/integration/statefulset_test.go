@@ -1,0 +1,612 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
+	"github.com/csi-resizer/csi-resizer/test/framework"
+	"github.com/csi-resizer/csi-resizer/test/scenario"
+)
+
+// statefulset-resizer on the real control plane: kube-controller-manager runs the StatefulSet
+// controller (it creates the pods and PVCs), the PV controller (it binds the PVCs to PVs made in
+// advance) and the garbage collector (delete --cascade=orphan); csi-resizer runs with its
+// shipped RBAC against the mock driver; statefulset-resizer runs as a separate process with the
+// credentials of the ServiceAccount bound to the RBAC shipped in
+// deploy/kubernetes/statefulset-resizer. The test plays the scheduler and the kubelet (pods are
+// made Running through the status subresource) and the user.
+
+const stsTimeout = 2 * time.Minute
+
+// stsEnv is a scenario.Env with the statefulset-resizer's RBAC applied.
+type stsEnv struct {
+	*scenario.Env
+	// Kubeconfig of the statefulset-resizer ServiceAccount (shipped RBAC).
+	ssrKubeconfig string
+}
+
+func startSTSEnv(t *testing.T) *stsEnv {
+	t.Helper()
+	start := time.Now()
+	e := scenario.Start(t, scenario.Options{Cluster: framework.ClusterOptions{ControllerManager: true}})
+	s := &stsEnv{Env: e, ssrKubeconfig: scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)}
+	t.Logf("environment ready in %s", time.Since(start).Round(time.Millisecond))
+	return s
+}
+
+// wait runs `statefulset-resizer wait` with the statefulset-resizer's credentials.
+func (s *stsEnv) wait(t *testing.T, name string, args ...string) scenario.WaitResult {
+	t.Helper()
+	return s.Wait(t, s.ssrKubeconfig, name, append([]string{"--timeout", stsTimeout.String()}, args...)...)
+}
+
+func (s *stsEnv) waitDone(t *testing.T, claim, size string) *v1.PersistentVolumeClaim {
+	t.Helper()
+	return s.WaitClaim(t, claim, stsTimeout, scenario.Done(size))
+}
+
+// untouched holds for the window: the PVCs keep their request, and the driver gets no
+// expansion call for their volumes.
+func (s *stsEnv) untouched(t *testing.T, window time.Duration, ids map[string]string, want map[string]string) {
+	t.Helper()
+	calls := map[string]int{}
+	for claim := range want {
+		calls[claim] = expandCallsFor(t, s.Env, ids[claim])
+	}
+	framework.Consistently(t, window, func() (bool, string) {
+		for claim, size := range want {
+			pvc := s.PVC(t, claim)
+			if got := scenario.Request(pvc); got != size {
+				return false, fmt.Sprintf("%s: request %s, want it left at %s; %s", claim, got, size, scenario.Describe(pvc))
+			}
+			if n := expandCallsFor(t, s.Env, ids[claim]); n != calls[claim] {
+				return false, fmt.Sprintf("%s: %d new ControllerExpandVolume calls", claim, n-calls[claim])
+			}
+		}
+		return true, ""
+	})
+}
+
+func expandCallsFor(t *testing.T, e *scenario.Env, volumeID string) int {
+	t.Helper()
+	n := 0
+	for _, c := range e.Driver.Calls(t, "ControllerExpandVolume") {
+		if c.VolumeID == volumeID {
+			n++
+		}
+	}
+	return n
+}
+
+func patches(t *testing.T, p *framework.Process, result string) float64 {
+	t.Helper()
+	labels := []string{}
+	if result != "" {
+		labels = append(labels, `result="`+result+`"`)
+	}
+	return scenario.MetricValue(scenario.Scrape(t, p), "statefulset_resizer_pvc_patches_total", labels...)
+}
+
+// (a) The documented flow: delete --cascade=orphan and re-create with a bigger template. Every
+// PVC grows, one replica at a time (OrderedReady), the status annotation says finished for the
+// new object's generation with 3 ready replicas, and `wait` exits 0.
+func TestStatefulSetOrphanRecreateGrowsAllReplicas(t *testing.T) {
+	s := startSTSEnv(t)
+	ssr := s.StartStatefulSetResizer(t, s.ssrKubeconfig)
+	sts := s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 3, Policy: appsv1.OrderedReadyPodManagement, Size: "1Gi"})
+	ids := s.CreateStatefulSet(t, sts)
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+
+	recreated := s.RecreateStatefulSet(t, "web", scenario.WithSize("2Gi"))
+	if recreated.Generation != 1 {
+		t.Fatalf("re-created StatefulSet at generation %d, want a new object at 1", recreated.Generation)
+	}
+	r := s.wait(t, "web")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "finished for generation 1") {
+		t.Fatalf("wait: %s; want exit 0, finished for generation 1", r)
+	}
+	t.Logf("wait: %s", r)
+
+	var expands []framework.Call
+	for i := 0; i < 3; i++ {
+		claim := scenario.ClaimName("web", i)
+		pvc := s.waitDone(t, claim, "2Gi")
+		want := map[string]string{plan.AnnotationStatefulSet: "web", plan.AnnotationPreResizeStorage: "1Gi", plan.AnnotationResizedStorage: "2Gi"}
+		for k, v := range want {
+			if pvc.Annotations[k] != v {
+				t.Errorf("%s: annotation %s=%q, want %q", claim, k, pvc.Annotations[k], v)
+			}
+		}
+		for _, c := range s.Driver.Calls(t, "ControllerExpandVolume") {
+			if c.VolumeID == ids[claim] {
+				expands = append(expands, c)
+			}
+		}
+	}
+	got, st := s.StatefulSet(t, "web")
+	ts := st.Template(scenario.TemplateName)
+	if st.ObservedGeneration != got.Generation || ts == nil || ts.ReadyReplicas != 3 || ts.InfeasibleReplicas != 0 ||
+		ts.FinishedReconciliationGeneration != got.Generation || ts.Message != "" {
+		t.Errorf("status annotation %s, want 3 ready replicas finished at generation %d", got.Annotations[status.Annotation], got.Generation)
+	}
+	if got.Status.ReadyReplicas != 3 {
+		t.Errorf("StatefulSet status.readyReplicas = %d, want 3 (pods adopted by the new object)", got.Status.ReadyReplicas)
+	}
+	// OrderedReady: one expansion per volume, in ordinal order, each asked for only after the
+	// previous one had completed.
+	if len(expands) != 3 {
+		t.Fatalf("ControllerExpandVolume calls %+v, want one per volume", expands)
+	}
+	for i := 1; i < len(expands); i++ {
+		prevDone := expands[i-1].Time.Add(time.Duration(expands[i-1].DurationMs * float64(time.Millisecond)))
+		if !expands[i].Time.After(prevDone) {
+			t.Errorf("volume of replica %d expanded at %s, before replica %d's finished at %s", i, expands[i].Time, i-1, prevDone)
+		}
+	}
+	if n := patches(t, ssr, "success"); n != 3 {
+		t.Errorf("statefulset_resizer_pvc_patches_total{result=success} = %v, want 3", n)
+	}
+}
+
+// (b) The driver says OUT_OF_RANGE for replica 1's volume. OrderedReady stops there: replica 2's
+// PVC is never patched, the StatefulSet gets a VolumeResizeInfeasible event and the annotation
+// counts the replica as infeasible, and `wait` exits 1 naming the PVC and the driver's message.
+// Parallel goes on past the failure: replica 2 is resized.
+func TestStatefulSetInfeasibleOrderedStopsParallelContinues(t *testing.T) {
+	s := startSTSEnv(t)
+	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
+	ids := map[string]string{}
+	for name, policy := range map[string]appsv1.PodManagementPolicyType{"ord": appsv1.OrderedReadyPodManagement, "par": appsv1.ParallelPodManagement} {
+		for claim, id := range s.CreateStatefulSet(t, s.NewStatefulSet(scenario.StatefulSetOptions{Name: name, Replicas: 3, Policy: policy, Size: "1Gi"})) {
+			ids[claim] = id
+		}
+	}
+	const driverMessage = "requested size exceeds the pool's free space"
+	s.Driver.SetFaults(t, []framework.Fault{
+		{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: driverMessage, VolumeID: ids[scenario.ClaimName("ord", 1)]},
+		{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: driverMessage, VolumeID: ids[scenario.ClaimName("par", 1)]},
+	})
+	for _, name := range []string{"ord", "par"} {
+		s.WaitTemplateStatus(t, name, stsTimeout, scenario.Finished)
+		s.RecreateStatefulSet(t, name, scenario.WithSize("2Gi"))
+	}
+
+	for _, name := range []string{"ord", "par"} {
+		failing := scenario.ClaimName(name, 1)
+		s.waitDone(t, scenario.ClaimName(name, 0), "2Gi")
+		s.WaitClaim(t, failing, stsTimeout, scenario.InState(v1.PersistentVolumeClaimControllerResizeInfeasible))
+		s.WaitStatefulSetEvent(t, name, plan.EventVolumeResizeInfeasible, stsTimeout, failing, "OutOfRange", driverMessage)
+		ready := int32(1)
+		if name == "par" {
+			ready = 2
+		}
+		_, ts := s.WaitTemplateStatus(t, name, stsTimeout, func(_ *appsv1.StatefulSet, ts status.Template) (bool, string) {
+			return ts.InfeasibleReplicas == 1 && ts.ReadyReplicas == ready && strings.Contains(ts.Message, failing) && strings.Contains(ts.Message, driverMessage),
+				fmt.Sprintf("want %d ready, 1 infeasible naming %s and the driver's message", ready, failing)
+		})
+		if ts.FinishedReconciliationGeneration != 0 {
+			t.Errorf("%s: finishedReconciliationGeneration %d, want none for the new object", name, ts.FinishedReconciliationGeneration)
+		}
+	}
+	// Parallel: the replica after the failing one is resized.
+	s.waitDone(t, scenario.ClaimName("par", 2), "2Gi")
+	// OrderedReady: never touched, though its pod runs at the update revision.
+	s.untouched(t, 5*time.Second, ids, map[string]string{scenario.ClaimName("ord", 2): "1Gi"})
+	if pvc := s.PVC(t, scenario.ClaimName("ord", 2)); pvc.Annotations[plan.AnnotationResizedStorage] != "" {
+		t.Errorf("%s carries %s: it was patched", pvc.Name, plan.AnnotationResizedStorage)
+	}
+
+	for _, name := range []string{"ord", "par"} {
+		r := s.wait(t, name)
+		if r.Code != 1 || !strings.Contains(r.Stderr, scenario.ClaimName(name, 1)) || !strings.Contains(r.Stderr, driverMessage) {
+			t.Errorf("wait %s: %s; want exit 1 naming %s and the driver's message", name, r, scenario.ClaimName(name, 1))
+		}
+	}
+}
+
+// (c) KEP-1790 recovery through the template: after OUT_OF_RANGE on 2Gi, the template is lowered
+// to 1536Mi, above the capacity: statefulset-resizer lowers the request it raised and the
+// resizer brings the volume back to the lower size. A replica already at 2Gi is not lowered (a
+// volume cannot shrink) but counts as ready (capacity >= template, DESIGN §3.5), with the
+// request left above the template reported. A PVC a person raised is never lowered: it stays
+// infeasible until the person lowers it.
+func TestStatefulSetRecoveryNeverLowersWhatAPersonRaised(t *testing.T) {
+	s := startSTSEnv(t)
+	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
+	ids := s.CreateStatefulSet(t, s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 3, Policy: appsv1.ParallelPodManagement, Size: "1Gi"}))
+	const driverMessage = "pool too small"
+	var faults []framework.Fault
+	for _, i := range []int{1, 2} {
+		faults = append(faults, framework.Fault{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: driverMessage,
+			MinRequiredBytes: bytesOf("2Gi"), VolumeID: ids[scenario.ClaimName("web", i)]})
+	}
+	s.Driver.SetFaults(t, faults)
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+
+	s.RecreateStatefulSet(t, "web", scenario.WithSize("2Gi"))
+	s.waitDone(t, scenario.ClaimName("web", 0), "2Gi")
+	for _, i := range []int{1, 2} {
+		s.WaitClaim(t, scenario.ClaimName("web", i), stsTimeout, scenario.InState(v1.PersistentVolumeClaimControllerResizeInfeasible))
+	}
+	// A person raises replica 2's PVC further: it is theirs now. Still too big for the pool.
+	personal := scenario.ClaimName("web", 2)
+	s.SetRequest(t, personal, "4Gi")
+	s.WaitClaim(t, personal, stsTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		_, _, alloc := scenario.Storage(pvc)
+		return scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInfeasible && scenario.Is(alloc, "4Gi"), "want 4Gi infeasible"
+	})
+
+	// Recovery: lower the template above the capacity (1Gi). The csi-resizer is stopped
+	// meanwhile, holding open the window between statefulset-resizer's patch and the resizer's
+	// retry: the verdict on 2Gi must not be reported as one on 1536Mi.
+	if err := s.Resizer.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	lowered := scenario.ClaimName("web", 1)
+	grown := scenario.ClaimName("web", 0)
+	s.RecreateStatefulSet(t, "web", scenario.WithSize("1536Mi"))
+	s.WaitClaim(t, lowered, stsTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		return scenario.Request(pvc) == "1536Mi" && pvc.Annotations[plan.AnnotationPreResizeStorage] == "1Gi",
+			"want the request lowered by statefulset-resizer, the pre-resize size kept"
+	})
+	window := func(_ *appsv1.StatefulSet, ts status.Template) (bool, string) {
+		return ts.ReadyReplicas == 1 && ts.InfeasibleReplicas == 1 && strings.Contains(ts.Message, personal) && !strings.Contains(ts.Message, lowered),
+			fmt.Sprintf("want %s ready, %s infeasible, %s pending for the resizer", grown, personal, lowered)
+	}
+	s.WaitTemplateStatus(t, "web", stsTimeout, window)
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		sts, st := s.StatefulSet(t, "web")
+		if ts := st.Template(scenario.TemplateName); ts == nil || st.ObservedGeneration != sts.Generation {
+			return false, "status gone"
+		} else if ok, why := window(sts, *ts); !ok {
+			return false, fmt.Sprintf("%s; status %+v", why, *ts)
+		}
+		for _, ev := range s.StatefulSetEvents(t, "web", plan.EventVolumeResizeInfeasible) {
+			if strings.Contains(ev.Message, lowered) && strings.Contains(ev.Message, "1536Mi") {
+				return false, "the driver never refused 1536Mi, yet: " + ev.Message
+			}
+		}
+		return true, ""
+	})
+	s.Resizer.Start(t)
+	recovered := s.waitDone(t, lowered, "1536Mi")
+	if got := scenario.Request(recovered); got != "1536Mi" {
+		t.Errorf("recovered PVC request %s, want 1536Mi", got)
+	}
+	if _, _, alloc := scenario.Storage(recovered); !scenario.Is(alloc, "1536Mi") {
+		t.Errorf("recovered PVC allocatedResources %s, want 1536Mi", alloc.String())
+	}
+	s.WaitStatefulSetEvent(t, "web", plan.EventFailedToPatchPVC, stsTimeout, grown, "cannot lower the request from 2Gi to 1536Mi")
+	s.WaitStatefulSetEvent(t, "web", plan.EventVolumeResizeInfeasible, stsTimeout, personal, "4Gi", driverMessage)
+	_, ts := s.WaitTemplateStatus(t, "web", stsTimeout, func(_ *appsv1.StatefulSet, ts status.Template) (bool, string) {
+		return ts.ReadyReplicas == 2 && ts.InfeasibleReplicas == 1 && strings.Contains(ts.Message, personal) && strings.Contains(ts.Message, grown),
+			"want 2 ready (the grown one counts by its capacity), 1 infeasible (the person's)"
+	})
+	t.Logf("status after recovery: %+v", ts)
+	// Neither the grown volume nor the person's request is lowered.
+	s.untouched(t, 4*time.Second, ids, map[string]string{grown: "2Gi", personal: "4Gi"})
+	if r := s.wait(t, "web"); r.Code != 1 || !strings.Contains(r.Stderr, personal) {
+		t.Errorf("wait: %s; want exit 1 naming %s", r, personal)
+	}
+
+	// The person lowers their PVC to the template (above the capacity: KEP-1790 lets them):
+	// everything is at or above the template, and wait passes, the grown PVC included.
+	s.SetRequest(t, personal, "1536Mi")
+	s.waitDone(t, personal, "1536Mi")
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	if r := s.wait(t, "web"); r.Code != 0 {
+		t.Errorf("wait: %s; want exit 0", r)
+	}
+	if got := scenario.Request(s.PVC(t, grown)); got != "2Gi" {
+		t.Errorf("%s request %s, want 2Gi", grown, got)
+	}
+}
+
+// (d) A StorageClass without allowVolumeExpansion: statefulset-resizer knows the apiserver would
+// refuse the patch, so it makes none: one FailedToPatchPVC event per PVC, the replicas counted
+// infeasible, `wait` exits 1 — and no request storm while the StatefulSet, its pods and the
+// resync keep re-evaluating it: no PVC patch (its own counter and the apiserver's), no new
+// status write, no new event. Allowing expansion on the class lets the resize go through.
+func TestStatefulSetStorageClassWithoutExpansion(t *testing.T) {
+	s := startSTSEnv(t)
+	ssr := s.StartStatefulSetResizer(t, s.ssrKubeconfig, "--resync-period=2s")
+	fixed := "fixed-" + s.Namespace
+	if _, err := s.Client.StorageV1().StorageClasses().Create(s.Ctx, &storagev1.StorageClass{
+		ObjectMeta:           metav1.ObjectMeta{Name: fixed},
+		Provisioner:          s.Driver.Name,
+		AllowVolumeExpansion: ptr.To(false),
+		ReclaimPolicy:        ptr.To(v1.PersistentVolumeReclaimRetain),
+		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.CreateStatefulSet(t, s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 3, Policy: appsv1.ParallelPodManagement, Size: "1Gi", StorageClass: fixed}))
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+
+	s.RecreateStatefulSet(t, "web", scenario.WithSize("2Gi"))
+	for i := 0; i < 3; i++ {
+		s.WaitStatefulSetEvent(t, "web", plan.EventFailedToPatchPVC, stsTimeout, scenario.ClaimName("web", i), "does not allow volume expansion")
+	}
+	s.WaitTemplateStatus(t, "web", stsTimeout, func(_ *appsv1.StatefulSet, ts status.Template) (bool, string) {
+		return ts.InfeasibleReplicas == 3 && strings.Contains(ts.Message, "StorageClass "+fixed+" does not allow volume expansion"),
+			"want 3 infeasible replicas naming the StorageClass"
+	})
+
+	// The storm window: changes that make statefulset-resizer re-evaluate the StatefulSet
+	// (pod labels, StatefulSet labels; and the 2s resync), then count.
+	pvcPatches := []string{`verb="PATCH"`, `resource="persistentvolumeclaims"`, `subresource=""`}
+	stsPatches := []string{`verb="PATCH"`, `resource="statefulsets"`, `subresource=""`}
+	apiPVC, apiSTS := s.APIServerRequests(t, pvcPatches...), s.APIServerRequests(t, stsPatches...)
+	events := s.StatefulSetEvents(t, "web", "")
+	reconciles := scenario.MetricValue(scenario.Scrape(t, ssr), "statefulset_resizer_reconcile_duration_seconds_count")
+	const rounds = 3 // each also one PATCH of the StatefulSet by the test
+	for round := 0; round < rounds; round++ {
+		for i := 0; i < 3; i++ {
+			s.PatchPod(t, scenario.PodName("web", i), fmt.Sprintf(`{"metadata":{"labels":{"churn":"%d"}}}`, round))
+		}
+		if _, err := s.Client.AppsV1().StatefulSets(s.Namespace).Patch(s.Ctx, "web", types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"metadata":{"labels":{"churn":"%d"}}}`, round)), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	framework.Consistently(t, 5*time.Second, func() (bool, string) {
+		if n := patches(t, ssr, ""); n != 0 {
+			return false, fmt.Sprintf("statefulset_resizer_pvc_patches_total = %v, want 0", n)
+		}
+		if d := s.APIServerRequests(t, pvcPatches...) - apiPVC; d != 0 {
+			return false, fmt.Sprintf("%v PVC PATCH requests reached the apiserver", d)
+		}
+		if d := s.APIServerRequests(t, stsPatches...) - apiSTS - rounds; d != 0 {
+			return false, fmt.Sprintf("%v StatefulSet PATCH requests (status annotation writes) for an unchanged status", d)
+		}
+		if now := s.StatefulSetEvents(t, "web", ""); !sameEvents(events, now) {
+			return false, fmt.Sprintf("events changed: %d events before, now %s", len(events), describeEvents(now))
+		}
+		return true, ""
+	})
+	after := scenario.MetricValue(scenario.Scrape(t, ssr), "statefulset_resizer_reconcile_duration_seconds_count")
+	if after-reconciles < 3 {
+		t.Errorf("only %v reconciles during the window: the churn did not make the controller re-evaluate", after-reconciles)
+	}
+	t.Logf("%v reconciles in the window, no PVC patch, no status write, %d events", after-reconciles, len(events))
+	if r := s.wait(t, "web"); r.Code != 1 || !strings.Contains(r.Stderr, "does not allow volume expansion") {
+		t.Errorf("wait: %s; want exit 1 naming the StorageClass", r)
+	}
+
+	// The administrator allows expansion: the StorageClass change is picked up.
+	sc, err := s.Client.StorageV1().StorageClasses().Get(s.Ctx, fixed, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.AllowVolumeExpansion = ptr.To(true)
+	if _, err := s.Client.StorageV1().StorageClasses().Update(s.Ctx, sc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		s.waitDone(t, scenario.ClaimName("web", i), "2Gi")
+	}
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	if n := patches(t, ssr, "success"); n != 3 {
+		t.Errorf("statefulset_resizer_pvc_patches_total{result=success} = %v, want 3", n)
+	}
+	// The apiserver's counter does see PVC patches: its zero above meant something.
+	if d := s.APIServerRequests(t, pvcPatches...) - apiPVC; d < 3 {
+		t.Errorf("apiserver counted %v PVC PATCH requests for the 3 patches", d)
+	}
+}
+
+func sameEvents(a, b []v1.Event) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Count != b[i].Count {
+			return false
+		}
+	}
+	return true
+}
+
+func describeEvents(evs []v1.Event) string {
+	var out []string
+	for _, ev := range evs {
+		out = append(out, fmt.Sprintf("%s x%d: %s", ev.Reason, ev.Count, ev.Message))
+	}
+	return "[" + strings.Join(out, " | ") + "]"
+}
+
+// (e) Rule 1: a replica's PVC is resized only while its pod is Running, at the update
+// revision and not terminating. With updateStrategy OnDelete and a pod template change, four
+// replicas are in four situations when the template grows: Running at the update revision
+// (resized at once), Pending, terminating (held by a finalizer), Running at the old revision.
+// Each PVC is left alone until its pod is eligible, then resized.
+func TestStatefulSetWaitsForEligiblePods(t *testing.T) {
+	s := startSTSEnv(t)
+	ssr := s.StartStatefulSetResizer(t, s.ssrKubeconfig)
+	sts := s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 4, Policy: appsv1.ParallelPodManagement, Size: "1Gi", OnDelete: true})
+	ids := s.CreateStatefulSet(t, sts)
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+
+	// A pod template change: a new update revision, pods stay at the old one (OnDelete).
+	sets := s.Client.AppsV1().StatefulSets(s.Namespace)
+	if _, err := sets.Patch(s.Ctx, "web", types.MergePatchType, []byte(`{"spec":{"template":{"metadata":{"annotations":{"rollout":"2"}}}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var updateRevision string
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		cur, err := sets.Get(s.Ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		updateRevision = cur.Status.UpdateRevision
+		return cur.Status.ObservedGeneration == cur.Generation && cur.Status.UpdateRevision != cur.Status.CurrentRevision,
+			fmt.Sprintf("want a new update revision observed: %+v", cur.Status)
+	})
+	// web-0, web-1 and web-2 are replaced at the update revision; web-0 and web-2 run, web-1
+	// stays Pending.
+	for _, i := range []int{0, 1, 2} {
+		framework.DeletePod(t, s.Ctx, s.Client, s.Namespace, scenario.PodName("web", i))
+	}
+	s.RunPod(t, "web", 0)
+	s.RunPod(t, "web", 2)
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		pod, err := s.Client.CoreV1().Pods(s.Namespace).Get(s.Ctx, scenario.PodName("web", 1), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return pod.Labels[appsv1.StatefulSetRevisionLabel] == updateRevision, "want web-1 re-created at " + updateRevision
+	})
+	// web-2 is terminating (a finalizer holds it), at the update revision.
+	const hold = "csi-resizer.io/test-hold"
+	terminating := scenario.PodName("web", 2)
+	if rev := s.Pod(t, terminating).Labels[appsv1.StatefulSetRevisionLabel]; rev != updateRevision {
+		t.Fatalf("%s at revision %s, want the update revision %s", terminating, rev, updateRevision)
+	}
+	s.PatchPod(t, terminating, `{"metadata":{"finalizers":["`+hold+`"]}}`)
+	if err := s.Client.CoreV1().Pods(s.Namespace).Delete(s.Ctx, terminating, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if pod := s.Pod(t, terminating); pod.DeletionTimestamp == nil {
+		t.Fatalf("%s is not terminating", terminating)
+	}
+	// web-3 runs at the old revision.
+	if rev := s.Pod(t, scenario.PodName("web", 3)).Labels[appsv1.StatefulSetRevisionLabel]; rev == updateRevision {
+		t.Fatalf("web-3 at the update revision %s already", rev)
+	}
+
+	s.RecreateStatefulSet(t, "web", scenario.WithSize("2Gi"))
+	s.waitDone(t, scenario.ClaimName("web", 0), "2Gi")
+	waiting := map[string]string{}
+	for i := 1; i < 4; i++ {
+		waiting[scenario.ClaimName("web", i)] = "1Gi"
+	}
+	s.untouched(t, 4*time.Second, ids, waiting)
+	_, ts := s.WaitTemplateStatus(t, "web", stsTimeout, func(_ *appsv1.StatefulSet, ts status.Template) (bool, string) {
+		return ts.ReadyReplicas == 1 && ts.InfeasibleReplicas == 0, "want 1 ready, nothing infeasible"
+	})
+	if ts.FinishedReconciliationGeneration != 0 {
+		t.Errorf("status %+v: finished while 3 replicas wait for their pods", ts)
+	}
+	// Each for its own reason (the controller's -v=4 log says why a replica is not ready).
+	for i, reason := range map[int]string{1: plan.ReasonPodNotRunning, 2: plan.ReasonPodTerminating, 3: plan.ReasonPodNotUpdated} {
+		want := fmt.Sprintf(`pvc="%s/%s" state="Pending" reason="%s"`, s.Namespace, scenario.ClaimName("web", i), reason)
+		framework.Eventually(t, 30*time.Second, func() (bool, string) {
+			return ssr.LogContains(want), "statefulset-resizer log lacks " + want
+		})
+	}
+
+	// Not Running -> Running.
+	s.RunPod(t, "web", 1)
+	s.waitDone(t, scenario.ClaimName("web", 1), "2Gi")
+	delete(waiting, scenario.ClaimName("web", 1))
+	s.untouched(t, 2*time.Second, ids, waiting)
+
+	// Terminating -> gone, re-created at the update revision, Running. The StatefulSet
+	// controller backs off (exponentially) while the old pod is in the way, and the pod's
+	// deletion does not wake it up (the pod was orphaned by the re-create, so it names no
+	// owner): a change of the StatefulSet does.
+	oldUID := s.Pod(t, terminating).UID
+	s.PatchPod(t, terminating, `{"metadata":{"finalizers":null}}`)
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		pod, err := s.Client.CoreV1().Pods(s.Namespace).Get(s.Ctx, terminating, metav1.GetOptions{})
+		if err == nil && pod.UID == oldUID {
+			return false, "the terminating pod is still there"
+		}
+		return true, ""
+	})
+	if _, err := sets.Patch(s.Ctx, "web", types.MergePatchType, []byte(`{"metadata":{"annotations":{"nudge":"1"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.RunPod(t, "web", 2)
+	s.waitDone(t, scenario.ClaimName("web", 2), "2Gi")
+	delete(waiting, scenario.ClaimName("web", 2))
+	s.untouched(t, 2*time.Second, ids, waiting)
+
+	// Old revision -> deleted (OnDelete), re-created at the update revision, Running.
+	framework.DeletePod(t, s.Ctx, s.Client, s.Namespace, scenario.PodName("web", 3))
+	s.RunPod(t, "web", 3)
+	s.waitDone(t, scenario.ClaimName("web", 3), "2Gi")
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	if r := s.wait(t, "web"); r.Code != 0 {
+		t.Errorf("wait: %s; want exit 0", r)
+	}
+}
+
+// Two statefulset-resizer processes with --leader-election: only one reconciles; killing it
+// mid-resize (SIGKILL: no lease release) lets the other take over and finish.
+func TestStatefulSetResizerLeaderElectionFailover(t *testing.T) {
+	s := startSTSEnv(t)
+	le := []string{"--leader-election", "--leader-election-lease-duration=6s", "--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"}
+	a := s.StartStatefulSetResizer(t, s.ssrKubeconfig, le...)
+	b := s.StartStatefulSetResizer(t, s.ssrKubeconfig, le...)
+	// client-go's leader_election_master_status; its name label is empty (csi-lib-utils does
+	// not name its LeaderElectionConfig), one leader election per process.
+	leading := func(p *framework.Process) bool {
+		return scenario.MetricValue(scenario.Scrape(t, p), "leader_election_master_status") == 1
+	}
+	var leader, follower *framework.Process
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		la, lb := leading(a), leading(b)
+		switch {
+		case la && !lb:
+			leader, follower = a, b
+		case lb && !la:
+			leader, follower = b, a
+		default:
+			return false, fmt.Sprintf("want exactly one leader: a=%v b=%v", la, lb)
+		}
+		return true, ""
+	})
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		return leading(leader) && !leading(follower), "leadership moved or doubled without a failure"
+	})
+
+	sts := s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 3, Policy: appsv1.OrderedReadyPodManagement, Size: "1Gi"})
+	ids := s.CreateStatefulSet(t, sts)
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	// Replica 0's expansion is slow, so the leader is killed in the middle of the ordered resize.
+	s.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Delay: 3 * time.Second, VolumeID: ids[scenario.ClaimName("web", 0)]}})
+	s.RecreateStatefulSet(t, "web", scenario.WithSize("2Gi"))
+	s.WaitClaim(t, scenario.ClaimName("web", 0), stsTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		return scenario.Request(pvc) == "2Gi", "want the leader's patch"
+	})
+	if n := patches(t, leader, "success"); n != 1 {
+		t.Fatalf("leader made %v patches, want 1 (replica 0)", n)
+	}
+	if n := patches(t, follower, ""); n != 0 {
+		t.Fatalf("follower made %v patches while not leading", n)
+	}
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+
+	for i := 0; i < 3; i++ {
+		s.waitDone(t, scenario.ClaimName("web", i), "2Gi")
+	}
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	t.Logf("takeover and the rest of the resize took %s", time.Since(killed).Round(time.Millisecond))
+	if !leading(follower) {
+		t.Error("the surviving process does not report leadership")
+	}
+	if n := patches(t, follower, "success"); n != 2 {
+		t.Errorf("the surviving process made %v patches, want 2 (replicas 1 and 2)", n)
+	}
+	if r := s.wait(t, "web"); r.Code != 0 {
+		t.Errorf("wait: %s; want exit 0", r)
+	}
+}
