@@ -459,7 +459,7 @@ func TestStatefulSetWaitsForEligiblePods(t *testing.T) {
 	// web-0, web-1 and web-2 are replaced at the update revision; web-0 and web-2 run, web-1
 	// stays Pending.
 	for _, i := range []int{0, 1, 2} {
-		framework.DeletePod(t, s.Ctx, s.Client, s.Namespace, scenario.PodName("web", i))
+		s.DeleteStatefulSetPod(t, scenario.PodName("web", i))
 	}
 	s.RunPod(t, "web", 0)
 	s.RunPod(t, "web", 2)
@@ -537,7 +537,7 @@ func TestStatefulSetWaitsForEligiblePods(t *testing.T) {
 	s.untouched(t, 2*time.Second, ids, waiting)
 
 	// Old revision -> deleted (OnDelete), re-created at the update revision, Running.
-	framework.DeletePod(t, s.Ctx, s.Client, s.Namespace, scenario.PodName("web", 3))
+	s.DeleteStatefulSetPod(t, scenario.PodName("web", 3))
 	s.RunPod(t, "web", 3)
 	s.waitDone(t, scenario.ClaimName("web", 3), "2Gi")
 	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)

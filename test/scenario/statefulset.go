@@ -324,6 +324,28 @@ func (e *Env) RunPod(t testing.TB, sts string, ordinal int) *v1.Pod {
 	return framework.MarkPodRunning(t, e.Ctx, e.Client, pod)
 }
 
+// DeleteStatefulSetPod deletes a StatefulSet's pod at once (grace period 0) and waits until it is
+// gone, by UID: the StatefulSet controller may re-create a pod of the same name before a check
+// by name ever sees it missing (framework.DeletePod waits by name and can time out on that).
+func (e *Env) DeleteStatefulSetPod(t testing.TB, name string) {
+	t.Helper()
+	pods := e.Client.CoreV1().Pods(e.Namespace)
+	old, err := pods.Get(e.Ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s: %v", name, err)
+	}
+	if err := pods.Delete(e.Ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("delete pod %s: %v", name, err)
+	}
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		cur, err := pods.Get(e.Ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && cur.UID != old.UID) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("pod %s (uid %s) still exists (err=%v)", name, old.UID, err)
+	})
+}
+
 // Pod reads a pod.
 func (e *Env) Pod(t testing.TB, name string) *v1.Pod {
 	t.Helper()
