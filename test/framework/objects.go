@@ -251,6 +251,25 @@ func EnsureNode(t testing.TB, ctx context.Context, client kubernetes.Interface, 
 	if err != nil {
 		t.Fatalf("create node %s: %v", name, err)
 	}
+	// kube-controller-manager (taint and CIDR controllers) may update the new node at the same
+	// time: re-read and retry on conflict.
+	err = retryOnConflict(ctx, func() error {
+		cur, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		setFakeNodeStatus(cur)
+		node, err = client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("node %s status: %v", name, err)
+	}
+	return node
+}
+
+// setFakeNodeStatus makes a node look like a Ready kubelet reported it.
+func setFakeNodeStatus(node *corev1.Node) {
 	now := metav1.Now()
 	node.Status = corev1.NodeStatus{
 		Conditions: []corev1.NodeCondition{{
@@ -264,11 +283,6 @@ func EnsureNode(t testing.TB, ctx context.Context, client kubernetes.Interface, 
 			corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"), corev1.ResourcePods: resource.MustParse("250"),
 		},
 	}
-	node, err = client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
-	if err != nil {
-		t.Fatalf("node %s status: %v", name, err)
-	}
-	return node
 }
 
 // MarkPodRunning plays the scheduler and the kubelet for pod: binds it to
