@@ -76,9 +76,9 @@ func Main(args []string, version string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := klog.FromContext(ctx)
-	logger.Info("Starting csi-resizer", "version", version)
 	opts.WarnIgnored(logger)
-	if err := run(ctx, opts); err != nil {
+	// Nothing is logged before the driver answers, so a start-up failure is the one line below.
+	if err := run(ctx, opts, version); err != nil {
 		fmt.Fprintf(os.Stderr, "csi-resizer: %v\n", err)
 		klog.Flush()
 		return 1
@@ -87,7 +87,7 @@ func Main(args []string, version string) int {
 	return 0
 }
 
-func run(ctx context.Context, opts *Options) error {
+func run(ctx context.Context, opts *Options, version string) error {
 	logger := klog.FromContext(ctx)
 	mm := csimetrics.NewCSIMetricsManagerForSidecar("")
 	conn, err := csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
@@ -100,7 +100,7 @@ func run(ctx context.Context, opts *Options) error {
 		return err
 	}
 	mm.SetDriverName(driver.Name)
-	logger.Info("CSI driver ready", "driver", driver.Name, "controllerExpansion", driver.ControllerExpand,
+	logger.Info("CSI driver ready", "version", version, "driver", driver.Name, "controllerExpansion", driver.ControllerExpand,
 		"nodeExpansion", driver.NodeExpand, "offlineOnly", driver.OfflineOnly)
 
 	config, err := clientcmd.BuildConfigFromFlags(opts.Master, opts.Common.KubeConfig)
