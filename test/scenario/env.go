@@ -78,12 +78,23 @@ func Start(t testing.TB, opts Options) *Env {
 // that sets the namespace, as a user would) and returns a kubeconfig for its ServiceAccount.
 func ApplyShippedRBAC(t testing.TB, cluster *framework.Cluster, ns string) string {
 	t.Helper()
+	rendered := RenderInNamespace(t, cluster, filepath.Join("deploy", "kubernetes", "rbac"), ns)
+	if out, err := cluster.KubectlWithInput(t, rendered, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the csi-resizer RBAC: %v\n%s", err, out)
+	}
+	return cluster.ServiceAccountKubeconfig(t, ns, "csi-resizer")
+}
+
+// RenderInNamespace renders the kustomize base at base (relative to the repository root)
+// through a kustomization that sets namespace ns, the way a user installs it.
+func RenderInNamespace(t testing.TB, cluster *framework.Cluster, base, ns string) string {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(root, "deploy", "kubernetes", "rbac"))
+	rel, err := filepath.Rel(dir, filepath.Join(root, base))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +102,11 @@ func ApplyShippedRBAC(t testing.TB, cluster *framework.Cluster, ns string) strin
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cluster.ApplyKustomize(t, dir)
-	return cluster.ServiceAccountKubeconfig(t, ns, "csi-resizer")
+	rendered, err := cluster.Kubectl(t, "kustomize", dir)
+	if err != nil {
+		t.Fatalf("kustomize %s: %v", base, err)
+	}
+	return rendered
 }
 
 // StartResizer starts one csi-resizer process with the env's credentials, the options' extra

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -48,23 +47,7 @@ var rbacKinds = map[string]bool{"ServiceAccount": true, "ClusterRole": true, "Cl
 // exactly the permissions the project ships.
 func ApplyStatefulSetResizerRBAC(t testing.TB, cluster *framework.Cluster, ns string) string {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(root, "deploy", "kubernetes", "statefulset-resizer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n- %s\n", ns, rel)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rendered, err := cluster.Kubectl(t, "kustomize", dir)
-	if err != nil {
-		t.Fatalf("kustomize %s: %v", rel, err)
-	}
+	rendered := RenderInNamespace(t, cluster, filepath.Join("deploy", "kubernetes", "statefulset-resizer"), ns)
 	var keep []string
 	kinds := map[string]int{}
 	for _, doc := range strings.Split(rendered, "\n---\n") {
