@@ -1,0 +1,106 @@
+//go:build integration
+
+package bench
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/csi-resizer/csi-resizer/test/framework"
+	"github.com/csi-resizer/csi-resizer/test/scenario"
+)
+
+// InfeasibleRun is the cost of one PVC whose expansion the driver rejects as infeasible.
+type InfeasibleRun struct {
+	Binary             string  `json:"binary"`
+	RetryIntervalMax   float64 `json:"retryIntervalMaxSeconds"`
+	RetryIntervalStart float64 `json:"retryIntervalStartSeconds"`
+	WindowSeconds      float64 `json:"windowSeconds"`
+	// Calls are the ControllerExpandVolume calls in the window; Target = 1 + window/max.
+	Calls  int `json:"calls"`
+	Target int `json:"target"`
+	// OtherCSICalls are driver calls of other methods in the window.
+	OtherCSICalls int `json:"otherCsiCalls"`
+	// CallOffsets are the calls' arrival times after the request change, GapsSeconds the time
+	// between consecutive calls: the first gap shows whether the slow retry starts at the
+	// first failure.
+	CallOffsets []float64 `json:"callOffsetsSeconds"`
+	GapsSeconds []float64 `json:"gapsSeconds"`
+	// API writes in the window.
+	Requests Requests `json:"requests"`
+}
+
+// infeasibleConfigs: (retry-interval-max, window). The second is upstream's measured setting.
+func infeasibleConfigs() [][2]time.Duration {
+	cfgs := [][2]time.Duration{{3 * time.Second, 18 * time.Second}}
+	if !smoke {
+		cfgs = append(cfgs, [2]time.Duration{30 * time.Second, 180 * time.Second})
+	}
+	return cfgs
+}
+
+func BenchmarkInfeasible(b *testing.B) {
+	bin := binaries(b)[0]
+	for _, cfg := range infeasibleConfigs() {
+		b.Run(fmt.Sprintf("retry-max=%v/window=%v", cfg[0], cfg[1]), func(b *testing.B) {
+			r := runInfeasible(b, bin, cfg[0], cfg[1])
+			report.addInfeasible(r)
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(float64(r.Calls), "driver-calls")
+			b.ReportMetric(float64(r.Target), "target-calls")
+		})
+	}
+}
+
+func runInfeasible(b *testing.B, bin binary, retryMax, window time.Duration) InfeasibleRun {
+	big := resource.MustParse("100Gi")
+	e := scenario.Start(b, scenario.Options{AdminResizer: true, NoResizer: true, Mock: framework.MockDriverOptions{
+		Faults: []framework.Fault{{
+			Method: "ControllerExpandVolume", Code: codes.OutOfRange,
+			Message: "the pool has no room for 100Gi", MinRequiredBytes: big.Value(),
+		}},
+	}})
+	e.NewClaim(b, "data", "1Gi")
+	p, _ := startResizer(b, e, bin, e.Driver, "--retry-interval-max="+retryMax.String())
+	before := scrapeAPIServer(b, e.Ctx, e.Cluster)
+
+	t0 := time.Now()
+	e.SetRequest(b, "data", big.String())
+	// Observe the whole window (polling the calls log as the calls arrive), then count.
+	end := t0.Add(window)
+	pollUntil(window+time.Second, 500*time.Millisecond, func() bool { return time.Now().After(end) })
+	after := scrapeAPIServer(b, e.Ctx, e.Cluster)
+
+	r := InfeasibleRun{
+		Binary: bin.Label, RetryIntervalMax: retryMax.Seconds(), RetryIntervalStart: 1, WindowSeconds: window.Seconds(),
+		Target: 1 + int(window/retryMax),
+	}
+	var last time.Time
+	for _, c := range callsSince(b, e.Driver, t0) {
+		if c.Time.After(end) {
+			continue
+		}
+		if c.Method != "ControllerExpandVolume" {
+			r.OtherCSICalls++
+			continue
+		}
+		r.Calls++
+		r.CallOffsets = append(r.CallOffsets, seconds(c.Time.Sub(t0)))
+		if !last.IsZero() {
+			r.GapsSeconds = append(r.GapsSeconds, seconds(c.Time.Sub(last)))
+		}
+		last = c.Time
+	}
+	own := map[apiKey]int{{Verb: "PATCH", Resource: "persistentvolumeclaims"}: 1}
+	r.Requests = classify(after.minus(before), own)
+	b.Logf("%s: %d ControllerExpandVolume calls in %v at --retry-interval-max %v (target <= %d); at %v s, gaps %v s; %d other CSI calls; API: %d PVC status writes, %d events",
+		bin.Label, r.Calls, window, retryMax, r.Target, r.CallOffsets, r.GapsSeconds, r.OtherCSICalls, r.Requests.PVCStatusWrites, r.Requests.EventWrites)
+	if err := p.Stop(); err != nil {
+		b.Logf("stopping the resizer: %v", err)
+	}
+	return r
+}
