@@ -10,11 +10,13 @@ package inuse
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -90,7 +92,7 @@ func (t *Tracker) InUse(namespace, claim string) bool {
 		return false
 	}
 	for _, o := range objs {
-		if usesVolumes(o.(*v1.Pod)) {
+		if p, ok := o.(*podClaims); ok && !p.finished {
 			return true
 		}
 	}
@@ -113,8 +115,9 @@ func (t *Tracker) newInformer() cache.SharedIndexInformer {
 	_ = inf.SetTransform(slimPod)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(oldObj, newObj any) {
-			o, n := oldObj.(*v1.Pod), newObj.(*v1.Pod)
-			if usesVolumes(o) && !usesVolumes(n) {
+			o, okOld := oldObj.(*podClaims)
+			n, okNew := newObj.(*podClaims)
+			if okOld && okNew && !o.finished && n.finished {
 				t.release(n)
 			}
 		},
@@ -122,7 +125,7 @@ func (t *Tracker) newInformer() cache.SharedIndexInformer {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if p, ok := obj.(*v1.Pod); ok {
+			if p, ok := obj.(*podClaims); ok {
 				t.release(p)
 			}
 		},
@@ -130,52 +133,62 @@ func (t *Tracker) newInformer() cache.SharedIndexInformer {
 	return inf
 }
 
-func (t *Tracker) release(p *v1.Pod) {
-	if t.onRelease == nil {
+func (t *Tracker) release(p *podClaims) {
+	if t.onRelease == nil || len(p.claimKeys) == 0 {
 		return
 	}
-	keys, _ := claimsOfPod(p)
-	if len(keys) > 0 {
-		t.onRelease(keys)
-	}
+	t.onRelease(slices.Clone(p.claimKeys))
 }
 
-// usesVolumes: a pod that has succeeded or failed has released its volumes.
-func usesVolumes(p *v1.Pod) bool {
-	return p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed
+// podClaims is all the cache keeps of a pod: its identity, which the store's key function
+// reads, the claims it uses as "namespace/claim" keys (the index values, built once), and
+// whether it has finished. About 300 B a pod, where even a v1.Pod stripped to these fields
+// costs ~1.5 kB (the struct alone is 1.2 kB, plus a v1.Volume per claim); with 10k pods that
+// difference is ~12 MB of live heap, ~25 MiB of RSS at the default GOGC.
+type podClaims struct {
+	metav1.ObjectMeta
+	claimKeys []string
+	// finished: the pod has succeeded or failed, and so has released its volumes.
+	finished bool
 }
 
+var _ runtime.Object = &podClaims{}
+
+// GetObjectKind: a cached podClaims has no type metadata; nothing serializes it.
+func (p *podClaims) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject lets client-go's helpers that copy cached objects work on podClaims too.
+func (p *podClaims) DeepCopyObject() runtime.Object {
+	c := &podClaims{claimKeys: slices.Clone(p.claimKeys), finished: p.finished}
+	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	return c
+}
+
+// claimsOfPod is the claim index function. The index keeps the returned strings, which are
+// the cached object's own, so indexing allocates nothing per pod.
 func claimsOfPod(obj any) ([]string, error) {
-	p, ok := obj.(*v1.Pod)
+	p, ok := obj.(*podClaims)
 	if !ok {
 		return nil, nil
 	}
-	var keys []string
-	for _, v := range p.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
-			keys = append(keys, p.Namespace+"/"+v.PersistentVolumeClaim.ClaimName)
-		}
-	}
-	return keys, nil
+	return p.claimKeys, nil
 }
 
-// slimPod keeps what the index and the phase check read and drops the rest (containers,
-// managedFields, status details): the bulk of a pod's memory.
+// slimPod turns a decoded pod into its podClaims, dropping containers, labels, managedFields
+// and status details: the bulk of a pod's memory. Anything else (an object the transform has
+// already seen: client-go may pass cached objects through it again) is returned as it is.
 func slimPod(obj any) (any, error) {
 	p, ok := obj.(*v1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	slim := &v1.Pod{
+	slim := &podClaims{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
-		Status:     v1.PodStatus{Phase: p.Status.Phase},
+		finished:   p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed,
 	}
 	for _, v := range p.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil {
-			slim.Spec.Volumes = append(slim.Spec.Volumes, v1.Volume{
-				Name:         v.Name,
-				VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: v.PersistentVolumeClaim.ClaimName}},
-			})
+			slim.claimKeys = append(slim.claimKeys, p.Namespace+"/"+v.PersistentVolumeClaim.ClaimName)
 		}
 	}
 	return slim, nil

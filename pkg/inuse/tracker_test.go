@@ -113,15 +113,18 @@ func TestTracker(t *testing.T) {
 		}
 	}
 
-	// The cache keeps only what the check reads.
+	// The cache keeps only what the check reads: identity, claim keys, finished.
 	for _, obj := range tr.informer.GetStore().List() {
-		p := obj.(*v1.Pod)
-		if len(p.Spec.Containers) != 0 || p.Labels != nil || p.Annotations != nil || len(p.Status.Conditions) != 0 {
-			t.Errorf("cached pod %s/%s is not slim: %+v", p.Namespace, p.Name, p)
+		p, ok := obj.(*podClaims)
+		if !ok {
+			t.Fatalf("cached object is a %T, want the compact *podClaims", obj)
 		}
-		for _, v := range p.Spec.Volumes {
-			if v.PersistentVolumeClaim == nil {
-				t.Errorf("cached pod %s/%s keeps a non-PVC volume %s", p.Namespace, p.Name, v.Name)
+		if p.Labels != nil || p.Annotations != nil || p.Name == "" || p.ResourceVersion == "" {
+			t.Errorf("cached pod %s/%s keeps the wrong metadata: %+v", p.Namespace, p.Name, p.ObjectMeta)
+		}
+		for _, k := range p.claimKeys {
+			if k == p.Namespace+"/tmp" {
+				t.Errorf("cached pod %s/%s keeps its non-PVC volume", p.Namespace, p.Name)
 			}
 		}
 	}
@@ -162,5 +165,46 @@ func TestTrackerStartGivesUp(t *testing.T) {
 	defer cancel2()
 	if err := tr.Start(ctx); err == nil {
 		t.Fatal("Start returned nil although the informer cannot sync")
+	}
+}
+
+func TestSlimPod(t *testing.T) {
+	in := pod("a", "web-0", v1.PodSucceeded, "data", "logs")
+	in.ResourceVersion = "42"
+	out, err := slimPod(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := out.(*podClaims)
+	if p.Name != "web-0" || p.Namespace != "a" || p.UID != "uid-web-0" || p.ResourceVersion != "42" {
+		t.Errorf("identity not kept: %+v", p.ObjectMeta)
+	}
+	if want := []string{"a/data", "a/logs"}; !slices.Equal(p.claimKeys, want) || !p.finished {
+		t.Errorf("slimPod = claims %v finished %v, want %v true", p.claimKeys, p.finished, want)
+	}
+	// client-go may hand cached (already transformed) objects to the transform again.
+	again, err := slimPod(p)
+	if err != nil || again != any(p) {
+		t.Errorf("slimPod of a slimmed pod = %v, %v; want the same object", again, err)
+	}
+	// The index function returns the cached strings, and copies are independent.
+	keys, _ := claimsOfPod(p)
+	if !slices.Equal(keys, p.claimKeys) {
+		t.Errorf("claimsOfPod = %v, want %v", keys, p.claimKeys)
+	}
+	if keys, _ := claimsOfPod(in); keys != nil {
+		t.Errorf("claimsOfPod of an untransformed pod = %v, want nothing", keys)
+	}
+	c := p.DeepCopyObject().(*podClaims)
+	c.claimKeys[0] = "changed"
+	if p.claimKeys[0] != "a/data" || c.Name != p.Name || !c.finished {
+		t.Errorf("DeepCopyObject shares or loses state: original %+v copy %+v", p, c)
+	}
+	// Running and pending pods hold their volumes.
+	for _, phase := range []v1.PodPhase{v1.PodRunning, v1.PodPending, ""} {
+		out, _ := slimPod(pod("a", "x", phase, "data"))
+		if out.(*podClaims).finished {
+			t.Errorf("a %q pod is treated as finished", phase)
+		}
 	}
 }
