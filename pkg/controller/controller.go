@@ -100,6 +100,10 @@ type claimMemory struct {
 	// up to two versions, and the watch may deliver the echo of the first after the second
 	// was written, so remembering only the last one is not enough.
 	ownVersions []string
+	// superseded are the resourceVersions the controller's writes were based on (the cached
+	// object each write started from), oldest first. A cache still at one of them has not
+	// seen the write that replaced it: deciding on it would start the finished step again.
+	superseded []string
 	// writing: a status write is under way, and its resourceVersion is not known yet.
 	writing bool
 	// held are the resourceVersions of updates seen while writing, to be told apart from the
@@ -129,22 +133,26 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 		cfg:       cfg,
 		pvcLister: pvcs.Lister(),
 		pvLister:  pvs.Lister(),
-		synced:    []cache.InformerSynced{pvcs.Informer().HasSynced, pvs.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-resizer", Clock: cfg.Clock}),
 		slow:   slowset.NewSlowSet(cfg.RetryIntervalMax),
 		claims: map[string]*claimMemory{},
 	}
-	_, _ = pvcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	claims, _ := pvcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.claimAdded,
 		UpdateFunc: c.claimUpdated,
 		DeleteFunc: c.claimDeleted,
 	})
-	_, _ = pvs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	volumes, _ := pvs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.volumeAdded,
 		UpdateFunc: c.volumeUpdated,
 	})
+	// The registrations' HasSynced, not the informers': workers start only after the handlers
+	// have seen the whole initial list. Otherwise the PV informer's late add of a PVC's volume
+	// re-queues a PVC a worker is already resizing, and that second pass can run on a cache
+	// that has not caught up with the first pass's writes.
+	c.synced = []cache.InformerSynced{claims.HasSynced, volumes.HasSynced}
 	return c
 }
 
@@ -538,9 +546,12 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 	c.remember(key, func(m *claimMemory) {
 		m.writing = false
 		if err == nil && out != pvc {
-			m.ownVersions = append(m.ownVersions, out.ResourceVersion)
-			if len(m.ownVersions) > maxOwnVersions {
-				m.ownVersions = m.ownVersions[len(m.ownVersions)-maxOwnVersions:]
+			// A patch the apiserver found to change nothing keeps the version: the cache at
+			// that version is current, not stale, so it is neither superseded nor a second,
+			// newer own write.
+			if out.ResourceVersion != pvc.ResourceVersion {
+				m.ownVersions = appendBounded(m.ownVersions, out.ResourceVersion)
+				m.superseded = appendBounded(m.superseded, pvc.ResourceVersion)
 			}
 		}
 		for _, rv := range m.held {

@@ -117,8 +117,10 @@ func (c *Controller) isOwnWriteOrHeld(key, resourceVersion string) bool {
 	return false
 }
 
-// isStale reports whether resourceVersion is an older write of this controller than its latest
-// one, i.e. the informer cache has not caught up with the controller's own writes yet.
+// isStale reports whether the informer cache has not caught up with the controller's own
+// writes yet: resourceVersion is an older write of this controller than its latest one, or a
+// version one of its writes replaced. (resourceVersions are opaque, so "older" is known only
+// for versions the controller saw itself.)
 func (c *Controller) isStale(key, resourceVersion string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -126,8 +128,20 @@ func (c *Controller) isStale(key, resourceVersion string) bool {
 	if !ok || len(m.ownVersions) == 0 {
 		return false
 	}
+	if slices.Contains(m.superseded, resourceVersion) {
+		return true
+	}
 	i := slices.Index(m.ownVersions, resourceVersion)
 	return i >= 0 && i < len(m.ownVersions)-1
+}
+
+// appendBounded appends v, keeping the last maxOwnVersions entries.
+func appendBounded(versions []string, v string) []string {
+	versions = append(versions, v)
+	if len(versions) > maxOwnVersions {
+		versions = versions[len(versions)-maxOwnVersions:]
+	}
+	return versions
 }
 
 // memory returns a copy of what is remembered about a PVC.

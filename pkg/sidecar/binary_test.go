@@ -61,9 +61,11 @@ type result struct {
 
 func runBinary(t *testing.T, args ...string) result {
 	t.Helper()
+	// Build first: on a cold cache the build alone can take longer than the run's deadline.
+	bin := build(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, build(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
