@@ -274,28 +274,26 @@ func (d *Driver) NodeID(ctx context.Context) (string, error) {
 // ControllerPublishVolume, playing the external-attacher: with an offline-only
 // driver, ControllerExpandVolume then fails with FAILED_PRECONDITION.
 func (d *Driver) PublishVolume(ctx context.Context, volumeID string) error {
-	nodeID, err := d.NodeID(ctx)
-	if err != nil {
+	return d.onNode(ctx, "ControllerPublishVolume "+volumeID, func(c csi.ControllerClient, nodeID string) error {
+		_, err := c.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
+			VolumeId:         volumeID,
+			NodeId:           nodeID,
+			VolumeCapability: volumeCapability(),
+		})
 		return err
-	}
-	conn, err := d.Dial()
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_, err = csi.NewControllerClient(conn).ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{
-		VolumeId:         volumeID,
-		NodeId:           nodeID,
-		VolumeCapability: volumeCapability(),
 	})
-	if err != nil {
-		return fmt.Errorf("ControllerPublishVolume %s: %w", volumeID, err)
-	}
-	return nil
 }
 
 // UnpublishVolume detaches the volume (ControllerUnpublishVolume).
 func (d *Driver) UnpublishVolume(ctx context.Context, volumeID string) error {
+	return d.onNode(ctx, "ControllerUnpublishVolume "+volumeID, func(c csi.ControllerClient, nodeID string) error {
+		_, err := c.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: volumeID, NodeId: nodeID})
+		return err
+	})
+}
+
+// onNode makes one controller call about the driver's node, on a connection of its own.
+func (d *Driver) onNode(ctx context.Context, what string, call func(csi.ControllerClient, string) error) error {
 	nodeID, err := d.NodeID(ctx)
 	if err != nil {
 		return err
@@ -305,12 +303,8 @@ func (d *Driver) UnpublishVolume(ctx context.Context, volumeID string) error {
 		return err
 	}
 	defer conn.Close()
-	_, err = csi.NewControllerClient(conn).ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{
-		VolumeId: volumeID,
-		NodeId:   nodeID,
-	})
-	if err != nil {
-		return fmt.Errorf("ControllerUnpublishVolume %s: %w", volumeID, err)
+	if err := call(csi.NewControllerClient(conn), nodeID); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
