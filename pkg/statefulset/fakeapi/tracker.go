@@ -77,18 +77,16 @@ func (t *versioningTracker) Create(gvr schema.GroupVersionResource, obj runtime.
 }
 
 func (t *versioningTracker) Update(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.UpdateOptions) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if err := t.checkPrecondition(gvr, obj, ns); err != nil {
-		return err
-	}
-	if err := t.stamp(obj); err != nil {
-		return err
-	}
-	return t.ObjectTracker.Update(gvr, obj, ns, opts...)
+	return t.overwrite(gvr, obj, ns, func() error { return t.ObjectTracker.Update(gvr, obj, ns, opts...) })
 }
 
 func (t *versioningTracker) Patch(gvr schema.GroupVersionResource, obj runtime.Object, ns string, opts ...metav1.PatchOptions) error {
+	return t.overwrite(gvr, obj, ns, func() error { return t.ObjectTracker.Patch(gvr, obj, ns, opts...) })
+}
+
+// overwrite checks the resourceVersion precondition, stamps a new version and stores obj,
+// atomically, as the apiserver does for an update or a patch.
+func (t *versioningTracker) overwrite(gvr schema.GroupVersionResource, obj runtime.Object, ns string, store func() error) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.checkPrecondition(gvr, obj, ns); err != nil {
@@ -97,5 +95,5 @@ func (t *versioningTracker) Patch(gvr schema.GroupVersionResource, obj runtime.O
 	if err := t.stamp(obj); err != nil {
 		return err
 	}
-	return t.ObjectTracker.Patch(gvr, obj, ns, opts...)
+	return store()
 }
