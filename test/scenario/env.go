@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -179,22 +180,30 @@ func (e *Env) WaitClaim(t testing.TB, name string, timeout time.Duration, cond f
 // Events lists the events of a PVC with the given reason ("" = all), emitted by the resizer.
 func (e *Env) Events(t testing.TB, claim, reason string) []v1.Event {
 	t.Helper()
+	return e.eventsOn(t, "PersistentVolumeClaim", claim, reason, func(ev *v1.Event) bool {
+		return strings.HasPrefix(ev.Source.Component, "external-resizer")
+	})
+}
+
+// eventsOn lists the events on one object of the namespace with the given reason ("" = all)
+// whose source passes from, oldest first.
+func (e *Env) eventsOn(t testing.TB, kind, name, reason string, from func(*v1.Event) bool) []v1.Event {
+	t.Helper()
 	list, err := e.Client.CoreV1().Events(e.Namespace).List(e.Ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("list events: %v", err)
 	}
 	var out []v1.Event
-	for _, ev := range list.Items {
-		if ev.InvolvedObject.Kind != "PersistentVolumeClaim" || ev.InvolvedObject.Name != claim {
-			continue
-		}
-		if !strings.HasPrefix(ev.Source.Component, "external-resizer") {
+	for i := range list.Items {
+		ev := &list.Items[i]
+		if ev.InvolvedObject.Kind != kind || ev.InvolvedObject.Name != name || !from(ev) {
 			continue
 		}
 		if reason == "" || ev.Reason == reason {
-			out = append(out, ev)
+			out = append(out, *ev)
 		}
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].FirstTimestamp.Before(&out[j].FirstTimestamp) })
 	return out
 }
 

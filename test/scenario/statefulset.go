@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -408,21 +407,9 @@ func Finished(sts *appsv1.StatefulSet, ts status.Template) (bool, string) {
 // given reason ("" = all).
 func (e *Env) StatefulSetEvents(t testing.TB, name, reason string) []v1.Event {
 	t.Helper()
-	list, err := e.Client.CoreV1().Events(e.Namespace).List(e.Ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatalf("list events: %v", err)
-	}
-	var out []v1.Event
-	for _, ev := range list.Items {
-		if ev.InvolvedObject.Kind != "StatefulSet" || ev.InvolvedObject.Name != name || ev.Source.Component != StatefulSetResizerComponent {
-			continue
-		}
-		if reason == "" || ev.Reason == reason {
-			out = append(out, ev)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].FirstTimestamp.Before(&out[j].FirstTimestamp) })
-	return out
+	return e.eventsOn(t, "StatefulSet", name, reason, func(ev *v1.Event) bool {
+		return ev.Source.Component == StatefulSetResizerComponent
+	})
 }
 
 // WaitStatefulSetEvent polls until statefulset-resizer has recorded an event with reason on the
