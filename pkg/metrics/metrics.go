@@ -9,8 +9,11 @@ package metrics
 import (
 	"time"
 
+	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/metrics"
+
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 const subsystem = "csi_resizer"
@@ -86,9 +89,29 @@ func NewRecorder(driver string) *Recorder {
 	}
 }
 
-// Register adds the metrics to reg.
+// Register adds the metrics to reg and exports every outcome and error code of the driver at
+// 0. A counter series that is born at 1 hides its first increase from rate() and increase():
+// the first recovery, the first failure or the first error of a driver would be missing from
+// the dashboard's rates and from rate-based alerts. (component-base creates label values only
+// once registered, hence here.) The label sets are fixed and small: 2 outcomes, 17 codes,
+// 30 ordered pairs of the 6 states.
 func (r *Recorder) Register(reg metrics.KubeRegistry) {
 	reg.MustRegister(r.recoveries, r.errors, r.transitions, r.duration)
+	for _, res := range []string{ResultSuccess, ResultFailure} {
+		r.recoveries.WithLabelValues(r.driver, res)
+		r.duration.WithLabelValues(r.driver, res)
+	}
+	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
+		r.errors.WithLabelValues(r.driver, c.String(), string(resize.ClassifyCode(c)))
+	}
+	r.errors.WithLabelValues(r.driver, resize.ReasonUncertain, string(resize.ClassTransient))
+	for _, from := range AllStates {
+		for _, to := range AllStates {
+			if from != to {
+				r.transitions.WithLabelValues(r.driver, from, to)
+			}
+		}
+	}
 }
 
 // Recovery counts one recovery by outcome.

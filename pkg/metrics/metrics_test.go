@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,19 +45,89 @@ func TestExpandErrorsAndTransitions(t *testing.T) {
 	r.Transition("", v1.PersistentVolumeClaimControllerResizeInProgress)
 	r.Transition(v1.PersistentVolumeClaimControllerResizeInProgress, v1.PersistentVolumeClaimControllerResizeInfeasible)
 	r.Transition(v1.PersistentVolumeClaimControllerResizeInProgress, v1.PersistentVolumeClaimControllerResizeInProgress) // not a transition
-	want := `
-# HELP csi_resizer_controller_expand_errors_total [ALPHA] ControllerExpandVolume errors by gRPC code and class (infeasible, final, transient).
-# TYPE csi_resizer_controller_expand_errors_total counter
-csi_resizer_controller_expand_errors_total{class="infeasible",driver_name="hostpath.csi.k8s.io",grpc_code="OutOfRange"} 2
-csi_resizer_controller_expand_errors_total{class="transient",driver_name="hostpath.csi.k8s.io",grpc_code="DeadlineExceeded"} 1
-# HELP csi_resizer_state_transitions_total [ALPHA] Transitions of pvc.status.allocatedResourceStatuses.storage written by the resizer (none = absent).
-# TYPE csi_resizer_state_transitions_total counter
-csi_resizer_state_transitions_total{driver_name="hostpath.csi.k8s.io",from="ControllerResizeInProgress",to="ControllerResizeInfeasible"} 1
-csi_resizer_state_transitions_total{driver_name="hostpath.csi.k8s.io",from="none",to="ControllerResizeInProgress"} 1
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csi_resizer_controller_expand_errors_total", "csi_resizer_state_transitions_total"); err != nil {
+	want := map[string]float64{
+		`csi_resizer_controller_expand_errors_total{class="infeasible",driver_name="hostpath.csi.k8s.io",grpc_code="OutOfRange"}`:                  2,
+		`csi_resizer_controller_expand_errors_total{class="transient",driver_name="hostpath.csi.k8s.io",grpc_code="DeadlineExceeded"}`:             1,
+		`csi_resizer_state_transitions_total{driver_name="hostpath.csi.k8s.io",from="ControllerResizeInProgress",to="ControllerResizeInfeasible"}`: 1,
+		`csi_resizer_state_transitions_total{driver_name="hostpath.csi.k8s.io",from="none",to="ControllerResizeInProgress"}`:                       1,
+	}
+	got := counterValues(t, reg, "csi_resizer_controller_expand_errors_total", "csi_resizer_state_transitions_total")
+	for series, v := range got {
+		if v != want[series] {
+			t.Errorf("%s = %g, want %g", series, v, want[series])
+		}
+	}
+	for series := range want {
+		if _, ok := got[series]; !ok {
+			t.Errorf("%s is not exported", series)
+		}
+	}
+}
+
+// Every outcome and error code is exported at 0 from the start, so that rate() and increase()
+// see the first event (a series born at 1 hides it); codes keep their class.
+func TestOutcomesAndCodesStartAtZero(t *testing.T) {
+	_, reg := newRegistry(t, func() []ClaimState { return nil })
+	got := counterValues(t, reg, "csi_resizer_volume_recovery_total", "csi_resizer_controller_expand_errors_total")
+	for _, series := range []string{
+		`csi_resizer_volume_recovery_total{driver_name="hostpath.csi.k8s.io",state="success"}`,
+		`csi_resizer_volume_recovery_total{driver_name="hostpath.csi.k8s.io",state="failure"}`,
+		`csi_resizer_controller_expand_errors_total{class="infeasible",driver_name="hostpath.csi.k8s.io",grpc_code="OutOfRange"}`,
+		`csi_resizer_controller_expand_errors_total{class="infeasible",driver_name="hostpath.csi.k8s.io",grpc_code="InvalidArgument"}`,
+		`csi_resizer_controller_expand_errors_total{class="infeasible",driver_name="hostpath.csi.k8s.io",grpc_code="NotFound"}`,
+		`csi_resizer_controller_expand_errors_total{class="transient",driver_name="hostpath.csi.k8s.io",grpc_code="DeadlineExceeded"}`,
+		`csi_resizer_controller_expand_errors_total{class="transient",driver_name="hostpath.csi.k8s.io",grpc_code="Uncertain"}`,
+		`csi_resizer_controller_expand_errors_total{class="final",driver_name="hostpath.csi.k8s.io",grpc_code="Internal"}`,
+	} {
+		if v, ok := got[series]; !ok || v != 0 {
+			t.Errorf("%s = %g (exported %v), want exported at 0", series, v, ok)
+		}
+	}
+	// 2 outcomes + 16 gRPC error codes + Uncertain, nothing else (no code listed twice).
+	if len(got) != 2+16+1 {
+		t.Errorf("%d series exported at start, want %d: %v", len(got), 2+16+1, got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
 		t.Fatal(err)
 	}
+	results := 0
+	for _, mf := range mfs {
+		if mf.GetName() == "csi_resizer_expansion_duration_seconds" {
+			for _, m := range mf.GetMetric() {
+				results++
+				if m.GetHistogram().GetSampleCount() != 0 {
+					t.Errorf("duration histogram starts with %d observations", m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	if results != 2 {
+		t.Errorf("duration histogram exports %d result series at start, want 2 (success, failure)", results)
+	}
+}
+
+// counterValues gathers the counters named, keyed by their series in exposition syntax.
+func counterValues(t *testing.T, reg metrics.KubeRegistry, names ...string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if !slices.Contains(names, mf.GetName()) {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 func TestExpansionDurationHistogram(t *testing.T) {

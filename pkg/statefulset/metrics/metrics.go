@@ -98,6 +98,14 @@ func (m *Metrics) Register(register func(metrics.Registerable) error) error {
 			return err
 		}
 	}
+	// Every result is exported at 0 from the start, so that rate() and increase() see the
+	// first patch or the first rejected one (a counter series born at 1 hides that event).
+	for _, r := range []string{PatchSuccess, PatchRejected, PatchError} {
+		m.pvcPatches.WithLabelValues(r)
+	}
+	for _, r := range []string{ReconcileSuccess, ReconcileError} {
+		m.reconcileDuration.WithLabelValues(r)
+	}
 	return nil
 }
 

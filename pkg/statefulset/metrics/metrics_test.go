@@ -71,6 +71,7 @@ func TestPatchesAndDuration(t *testing.T) {
 	want := `
 # HELP statefulset_resizer_pvc_patches_total [ALPHA] PVC storage request patches made by statefulset-resizer, by result: success, rejected (permanent API error), error (transient, retried).
 # TYPE statefulset_resizer_pvc_patches_total counter
+statefulset_resizer_pvc_patches_total{result="error"} 0
 statefulset_resizer_pvc_patches_total{result="rejected"} 1
 statefulset_resizer_pvc_patches_total{result="success"} 2
 `
