@@ -32,6 +32,7 @@ func TestPrometheusScrapesInfeasibleRecovery(t *testing.T) {
 	}
 	rulesFile := filepath.Join(root, shippedRules)
 	wantGroups := ruleFileGroups(t, rulesFile)
+	dash := loadDashboard(t)
 
 	// --retry-interval-max=3s: the infeasible PVC is retried every 3s instead of every 5 min.
 	e := scenario.Start(t, scenario.Options{ResizerArgs: []string{"--retry-interval-max=3s"}})
@@ -81,6 +82,25 @@ func TestPrometheusScrapesInfeasibleRecovery(t *testing.T) {
 	// Every rule evaluated with the infeasible series (and the expand error counter) present.
 	prom.WaitRulesHealthy(t, promTimeout, wantGroups, sawInfeasible)
 
+	// The shipped dashboard, with its variables filled the way Grafana fills them, shows the
+	// stuck PVC. The error rate is above 0 although this was the driver's first error: the
+	// counter was exported at 0 before it.
+	vars := dash.resolveVariables(t, prom)
+	if got := vars["job"]; len(got) != 1 || got[0] != prometheusScrapeJob {
+		t.Errorf("dashboard variable job = %v, want [%s]", got, prometheusScrapeJob)
+	}
+	if got := vars["driver_name"]; len(got) != 1 || got[0] != e.Driver.Name {
+		t.Errorf("dashboard variable driver_name = %v, want [%s]", got, e.Driver.Name)
+	}
+	stuck := map[string]string{"namespace": e.Namespace, "persistentvolumeclaim": "data", "driver_name": e.Driver.Name}
+	checkDashboard(t, prom, dash, vars, map[string]func([]promSample) (bool, string){
+		"stat Infeasible PVCs":                                  stat(1),
+		"table Infeasible PVCs":                                 rowsWith(stuck, true),
+		"stat PVCs in a resize state":                           stat(1),
+		"timeseries PVCs per resize state":                      rowsWith(map[string]string{"state": "ControllerResizeInfeasible"}, true),
+		"timeseries Expand errors / min by gRPC code and class": rowsWith(map[string]string{"grpc_code": "OutOfRange", "class": "infeasible"}, true),
+	})
+
 	// Recovery: lower the request below the allocated 100Gi, to a size the driver accepts.
 	e.SetRequest(t, "data", "2Gi")
 	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
@@ -90,6 +110,7 @@ func TestPrometheusScrapesInfeasibleRecovery(t *testing.T) {
 	// The gauge's series goes away when the PVC leaves the infeasible state (a stale marker
 	// at the next scrape); a 0 would do as well.
 	prom.WaitQuery(t, promTimeout, infeasible, "no series, or 0", noneOrZero)
+	goneAt := time.Now()
 	// The PromQL comparison of the issue, verbatim.
 	prom.WaitQuery(t, promTimeout, `csi_resizer_volume_recovery_total{state="success"} == 1`, "one series",
 		func(res []promSample) bool { return len(res) == 1 })
@@ -118,6 +139,11 @@ func TestPrometheusScrapesInfeasibleRecovery(t *testing.T) {
 
 	// The gauge's history, as a range query: 1 while infeasible, then gone (or 0).
 	const step = time.Second
+	// The last step of the range must come after goneAt, when an instant query already saw
+	// the series gone; a step just before it may still hold the last 1.
+	framework.Eventually(t, promTimeout, func() (bool, string) {
+		return time.Since(goneAt) > 2*step, "waiting for two steps after the series ended"
+	})
 	start, end := infeasibleSince.Add(-step).Truncate(time.Millisecond), time.Now().Truncate(time.Millisecond)
 	lastStep := start.Add(end.Sub(start).Truncate(step))
 	series, err := prom.QueryRange(infeasible, start, end, step)
@@ -143,6 +169,19 @@ func TestPrometheusScrapesInfeasibleRecovery(t *testing.T) {
 		t.Errorf("range query %s over [%s, %s] step %v: %d points of 1, last %g at %s; want 1s, then the series ending (or 0)",
 			infeasible, start.Format(time.RFC3339Nano), end.Format(time.RFC3339Nano), step, ones, last.Value, last.Time.Format(time.RFC3339Nano))
 	}
+
+	// The dashboard after the recovery: nothing stuck, one recovery seen by its rate (the
+	// counter was exported at 0 before it), its duration, the driver calls and the queue.
+	checkDashboard(t, prom, dash, vars, map[string]func([]promSample) (bool, string){
+		"stat Infeasible PVCs":                      stat(0),
+		"stat PVCs in a resize state":               stat(0),
+		"stat Failed recoveries (24h)":              stat(0),
+		"timeseries Recoveries / min":               rowsWith(map[string]string{"state": "success"}, true),
+		"timeseries Expansion duration (last hour)": rowsWith(map[string]string{"result": "success"}, true),
+		"timeseries State transitions / min":        rowsWith(map[string]string{"from": "none", "to": "ControllerResizeInProgress"}, true),
+		"timeseries CSI calls / s by code":          rowsWith(map[string]string{"method_name": "/csi.v1.Controller/ControllerExpandVolume"}, false),
+		"timeseries Work queue depth":               rowsWith(map[string]string{"name": "csi-resizer"}, false),
+	})
 
 	// The rules once more with the recovery counters present; the infeasible alert is gone and
 	// none of the others is active (CSIResizerNoLeader would be if the job name did not match).
