@@ -111,14 +111,39 @@ func RenderInNamespace(t testing.TB, cluster *framework.Cluster, base, ns string
 }
 
 // StartResizer starts one csi-resizer process with the env's credentials, the options' extra
-// flags and then args, and waits until it serves metrics.
+// flags and then args, and waits until it serves metrics. When the test ends, a "forbidden"
+// answer of the apiserver in its log fails the test (see FailOnForbidden): the resizer runs with
+// the shipped RBAC, and a missing permission must not pass unnoticed because the resize that
+// needed it happened to succeed on a retry or was not asserted on.
 func (e *Env) StartResizer(t testing.TB, args ...string) *framework.Process {
 	t.Helper()
 	all := append([]string{"--leader-election-namespace=" + e.Namespace}, e.opts.ResizerArgs...)
 	all = append(all, args...)
 	p := framework.StartResizer(t, e.Cluster, e.Kubeconfig, e.Driver, all...)
 	p.WaitHTTP(t, "/metrics", 90*time.Second)
+	FailOnForbidden(t, p)
 	return p
+}
+
+// FailOnForbidden fails the test when it ends if p's log has a line saying the apiserver
+// refused the process something ("forbidden"): a component run with the shipped RBAC must never
+// be refused, so such a line means the RBAC lacks a permission. It reads the whole log, across
+// restarts of p. (A test that provokes a forbidden answer on purpose, e.g. with a
+// ResourceQuota, must not use it.)
+func FailOnForbidden(t testing.TB, p *framework.Process) {
+	t.Helper()
+	t.Cleanup(func() {
+		var denied []string
+		for _, line := range strings.Split(p.Log(), "\n") {
+			if strings.Contains(line, "forbidden") {
+				denied = append(denied, line)
+			}
+		}
+		if len(denied) > 0 {
+			t.Errorf("%s was refused by the apiserver (the shipped RBAC lacks a permission?):\n%s",
+				p.Name, strings.Join(denied, "\n"))
+		}
+	})
 }
 
 // NewClaim creates a volume of size on the driver and a bound PVC/PV pair for it.

@@ -95,18 +95,7 @@ func (e *Env) StartStatefulSetResizer(t testing.TB, kubeconfig string, args ...s
 	p.HTTPAddr = addr
 	p.Start(t)
 	p.WaitHTTP(t, "/healthz", 90*time.Second)
-	t.Cleanup(func() {
-		var denied []string
-		for _, line := range strings.Split(p.Log(), "\n") {
-			if strings.Contains(line, "forbidden") {
-				denied = append(denied, line)
-			}
-		}
-		if len(denied) > 0 {
-			t.Errorf("statefulset-resizer was refused by the apiserver (the shipped RBAC lacks a permission?):\n%s",
-				strings.Join(denied, "\n"))
-		}
-	})
+	FailOnForbidden(t, p)
 	return p
 }
 
