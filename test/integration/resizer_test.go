@@ -20,6 +20,26 @@ import (
 
 const resizeTimeout = 2 * time.Minute
 
+// startMock is scenario.Start with the mock driver even when E2E_DRIVER_* name a real one
+// (exported for a make test-e2e run, say): every test here needs its faults, its calls log or
+// one of its shapes, and on an external driver they would skip or test the wrong thing.
+func startMock(t *testing.T, opts scenario.Options) *scenario.Env {
+	t.Helper()
+	opts.MockDriver = true
+	return scenario.Start(t, opts)
+}
+
+// TestStartMockIgnoresExternalDriver: with E2E_DRIVER_* exported, the tests of this package
+// still run on the mock. (Were the variables honoured, the broken command would fail Start.)
+func TestStartMockIgnoresExternalDriver(t *testing.T) {
+	t.Setenv(framework.EnvDriverCmd, "exit 1 # {endpoint}")
+	t.Setenv(framework.EnvDriverEndpoint, "unix:///nonexistent/csi.sock")
+	e := startMock(t, scenario.Options{NoResizer: true})
+	if !e.Driver.IsMock() || e.Driver.Name != framework.DefaultMockDriverName {
+		t.Fatalf("driver %q (mock: %v), want the mock %q", e.Driver.Name, e.Driver.IsMock(), framework.DefaultMockDriverName)
+	}
+}
+
 func bytesOf(size string) int64 {
 	q := resource.MustParse(size)
 	return q.Value()
@@ -27,7 +47,7 @@ func bytesOf(size string) int64 {
 
 // Scenario 2: the driver needs node expansion; the resizer hands over and then leaves it alone.
 func TestNodeExpansionRequired(t *testing.T) {
-	e := scenario.Start(t, scenario.Options{Mock: framework.MockDriverOptions{NodeExpansionRequired: true}})
+	e := startMock(t, scenario.Options{Mock: framework.MockDriverOptions{NodeExpansionRequired: true}})
 	_, pv := e.NewClaim(t, "data", "1Gi")
 	e.SetRequest(t, "data", "2Gi")
 	pvc := e.WaitClaim(t, "data", resizeTimeout, scenario.InState(v1.PersistentVolumeClaimNodeResizePending))
@@ -58,7 +78,7 @@ func TestNodeExpansionRequired(t *testing.T) {
 // Scenario 4, KEP-1790 Cases 3 and 5: after a non-final error the outcome is unknown, so a
 // lower request must not change the target.
 func TestUncertainErrorKeepsAllocatedSize(t *testing.T) {
-	e := scenario.Start(t, scenario.Options{ResizerArgs: []string{"--retry-interval-start=500ms", "--retry-interval-max=2s"}})
+	e := startMock(t, scenario.Options{ResizerArgs: []string{"--retry-interval-start=500ms", "--retry-interval-max=2s"}})
 	e.NewClaim(t, "data", "1Gi")
 	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.DeadlineExceeded, Message: "backend is slow"}})
 	e.SetRequest(t, "data", "10Gi")
@@ -94,7 +114,7 @@ func TestUncertainErrorKeepsAllocatedSize(t *testing.T) {
 // Scenario 5, KEP-1790 Case 4: the resizer dies after recording the target and before the driver
 // answers; a restarted resizer finishes the old target, never the lower request.
 func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
-	e := scenario.Start(t, scenario.Options{ResizerArgs: []string{"--timeout=60s"}})
+	e := startMock(t, scenario.Options{ResizerArgs: []string{"--timeout=60s"}})
 	e.NewClaim(t, "data", "1Gi")
 	// The driver takes its time: the resizer is killed while waiting for it.
 	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Delay: 30 * time.Second, Times: 1}})
@@ -124,7 +144,7 @@ func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
 
 // Scenario 6, KEP-1790 Case 2: a node-only driver gets no ControllerExpandVolume call.
 func TestNodeOnlyDriver(t *testing.T) {
-	e := scenario.Start(t, scenario.Options{Mock: framework.MockDriverOptions{NodeOnly: true}})
+	e := startMock(t, scenario.Options{Mock: framework.MockDriverOptions{NodeOnly: true}})
 	_, pv := e.NewClaim(t, "data", "1Gi")
 	e.SetRequest(t, "data", "5Gi")
 	pvc := e.WaitClaim(t, "data", resizeTimeout, scenario.InState(v1.PersistentVolumeClaimNodeResizePending))
@@ -160,7 +180,7 @@ func TestNodeOnlyDriver(t *testing.T) {
 // Scenario 9: an offline-only driver and a pod using the volume: no retry storm; the expansion
 // happens once the pod is gone.
 func TestOfflineExpansionWaitsForPod(t *testing.T) {
-	e := scenario.Start(t, scenario.Options{
+	e := startMock(t, scenario.Options{
 		Mock:        framework.MockDriverOptions{OfflineExpansion: true},
 		ResizerArgs: []string{"--retry-interval-start=200ms", "--retry-interval-max=1s"},
 	})
@@ -191,7 +211,7 @@ func TestOfflineExpansionWaitsForPod(t *testing.T) {
 // at most 1 + T/max calls.
 func TestInfeasibleSlowRetry(t *testing.T) {
 	const retryMax = 3 * time.Second
-	e := scenario.Start(t, scenario.Options{ResizerArgs: []string{"--retry-interval-start=100ms", "--retry-interval-max=" + retryMax.String()}})
+	e := startMock(t, scenario.Options{ResizerArgs: []string{"--retry-interval-start=100ms", "--retry-interval-max=" + retryMax.String()}})
 	e.NewClaim(t, "data", "1Gi")
 	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: "too big"}})
 	e.SetRequest(t, "data", "50Gi")

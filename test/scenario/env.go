@@ -37,6 +37,18 @@ type Options struct {
 	// AdminResizer runs the resizer as cluster admin instead of with the shipped RBAC (only
 	// for benchmarks that must not measure RBAC; tests never use it).
 	AdminResizer bool
+	// MockDriver runs the mock driver even when E2E_DRIVER_CMD or E2E_DRIVER_ENDPOINT name a
+	// real one. Tests that inject faults (Driver.SetFaults) or count calls (Driver.Calls) need
+	// it: on an external driver those skip the test, so an exported E2E_DRIVER_* would silently
+	// turn them into no-ops. Asking for a mock shape or faults in Mock implies it.
+	MockDriver bool
+}
+
+// needsMock reports whether opts only make sense with the mock driver.
+func (o Options) needsMock() bool {
+	m := o.Mock
+	return o.MockDriver || m.Name != "" || m.NodeOnly || m.NodeExpansionRequired || m.OfflineExpansion ||
+		m.DisableAttach || len(m.Faults) > 0 || len(m.ExtraArgs) > 0
 }
 
 // Env is one running test environment.
@@ -61,7 +73,11 @@ func Start(t testing.TB, opts Options) *Env {
 	t.Cleanup(cancel)
 	cluster := framework.StartCluster(t, opts.Cluster)
 	e := &Env{Ctx: ctx, Cluster: cluster, Client: cluster.Client, opts: opts}
-	e.Driver = framework.DriverFromEnv(t, opts.Mock)
+	if opts.needsMock() {
+		e.Driver = framework.StartMockDriver(t, opts.Mock)
+	} else {
+		e.Driver = framework.DriverFromEnv(t, opts.Mock)
+	}
 	e.Namespace = framework.CreateNamespace(t, ctx, e.Client, "resize")
 	e.StorageClass = "expandable-" + e.Namespace
 	framework.EnsureStorageClass(t, ctx, e.Client, e.StorageClass, e.Driver.Name)
