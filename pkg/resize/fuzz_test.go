@@ -75,7 +75,9 @@ func fuzzObjects(spec, alloc, pvCap, pvcCap int64, stateSel, errSel byte, hasAll
 //     NodeResizeInProgress never lower the target below alloc (the Node* states do nothing);
 //   - an action's target is never below status.capacity, and for a controller driver never
 //     below the PV capacity;
-//   - LowerPV only for node-only drivers; Recovery exactly when the target is below alloc;
+//   - LowerPV only for node-only drivers, and only in a KEP-1790 Case 2 recovery; outside it a
+//     node-only target is never below the PV capacity; Recovery exactly when the target is
+//     below alloc;
 //   - the status written before the call never holds allocatedResources below status.capacity;
 //   - a crash right after that write leads to the same decision (Case 4).
 func FuzzPlanExpansion(f *testing.F) {
@@ -91,6 +93,8 @@ func FuzzPlanExpansion(f *testing.F) {
 	f.Add(int64(20*gi), int64(100*gi), int64(100*gi), int64(10*gi), byte(5), byte(0), false, true)              // node failed after controller expansion
 	f.Add(int64(20*gi), int64(100*gi), int64(100*gi), int64(10*gi), byte(3), byte(0), true, true)               // node pending
 	f.Add(int64(20*gi), int64(20*gi), int64(100*gi), int64(10*gi), byte(1), byte(0), true, true)                // Case 2 crash before lowering the PV
+	f.Add(int64(11*gi), int64(0), int64(12*gi), int64(10*gi), byte(0), byte(0), true, false)                    // node-only, PV raised by an older resizer: keep it
+	f.Add(int64(20*gi), int64(100*gi), int64(100*gi), int64(10*gi), byte(1), byte(14), true, true)              // node-only crash after the PV write, final error: keep it
 	f.Add(int64(20*gi), int64(100*gi), int64(10*gi), int64(10*gi), byte(6), byte(20), false, true)              // garbage state and reason
 	f.Add(int64(10100000000), int64(0), int64(10100000000), int64(10100000000), byte(0), byte(0), false, false) // Case 0
 	f.Fuzz(func(t *testing.T, spec, alloc, pvCap, pvcCap int64, stateSel, errSel byte, nodeOnly, hasAlloc bool) {
@@ -115,6 +119,13 @@ func FuzzPlanExpansion(f *testing.F) {
 		}
 		if p.LowerPV && !nodeOnly {
 			t.Fatal("LowerPV on a controller driver")
+		}
+		if p.LowerPV && !isCase2Recovery(o) {
+			t.Fatalf("LowerPV to %s (PV %s) outside a Case 2 recovery: state %q alloc %s",
+				p.Target.String(), o.PVCap.String(), o.State, quantityPtr(o.Alloc))
+		}
+		if nodeOnly && !isCase2Recovery(o) && p.Action != Nothing && p.Target.Cmp(o.PVCap) < 0 {
+			t.Fatalf("node-only target %s below the PV capacity %s outside a Case 2 recovery", p.Target.String(), o.PVCap.String())
 		}
 		if p.Recovery != (p.Action != Nothing && o.Alloc != nil && p.Target.Cmp(*o.Alloc) < 0) {
 			t.Fatalf("recovery=%v, target %s, alloc %s", p.Recovery, p.Target.String(), quantityPtr(o.Alloc))

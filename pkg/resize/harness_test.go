@@ -377,6 +377,19 @@ func mustKeepAlloc(o Observed) bool {
 	return false
 }
 
+// isCase2Recovery is when rule 4 lets a node-only plan lower the PV: KEP-1790 Case 2, the node
+// known not to be acting on the PV capacity. Either the node failed for good on the recorded
+// allocation (NodeResizeInfeasible, KEP Design Details item 2), or the resizer recorded an
+// allocation below the PV for such a recovery (ControllerResizeInProgress, which the kubelet
+// leaves alone) and has yet to lower the PV.
+func isCase2Recovery(o Observed) bool {
+	if !o.NodeOnly || o.Alloc == nil {
+		return false
+	}
+	return o.State == v1.PersistentVolumeClaimNodeResizeInfeasible ||
+		o.State == v1.PersistentVolumeClaimControllerResizeInProgress && o.Alloc.Cmp(o.PVCap) < 0
+}
+
 // checkPlanInvariants asserts what DESIGN §2.3 requires of every decision, whatever the input.
 func checkPlanInvariants(t testing.TB, o Observed, p Plan) {
 	t.Helper()
@@ -414,15 +427,31 @@ func checkPlanInvariants(t testing.TB, o Observed, p Plan) {
 	if !o.NodeOnly && p.Target.Cmp(o.PVCap) < 0 {
 		fail("controller driver asked for less than the PV capacity")
 	}
-	if p.LowerPV != (o.NodeOnly && p.Action == ExpandNodeOnly && p.Target.Cmp(o.PVCap) < 0) {
-		fail("lowerPV must be set exactly when a node-only plan goes below the PV capacity")
+	// Rule 4 for node-only drivers: a plan below the PV capacity must say so (the controller
+	// lowers the PV only on LowerPV), and LowerPV is only ever a KEP-1790 Case 2 recovery. This
+	// used to accept LowerPV whenever a node-only target was below the PV, which blessed lowering
+	// a PV an older resizer had raised for a node expansion that may be running.
+	belowPV := p.Target.Cmp(o.PVCap) < 0
+	if o.NodeOnly && p.Action == ExpandNodeOnly && belowPV && !p.LowerPV {
+		fail("node-only plan below the PV capacity without lowerPV")
+	}
+	if p.LowerPV {
+		if !o.NodeOnly || p.Action != ExpandNodeOnly || !belowPV {
+			fail("lowerPV outside a node-only plan below the PV capacity")
+		}
+		if o.Legacy || !isCase2Recovery(o) {
+			fail("lowerPV outside a KEP-1790 Case 2 recovery")
+		}
 	}
 	if o.Legacy {
 		if p.Recovery || p.LowerPV {
 			fail("legacy: recovery or lowerPV")
 		}
-		if o.Spec.Cmp(o.PVCCap) <= 0 || p.Target.Cmp(o.Spec) < 0 {
-			fail("legacy: expands only when spec > capacity, to at least spec")
+		if o.Spec.Cmp(o.PVCCap) <= 0 || p.Target.Cmp(o.Spec) < 0 || p.Target.Cmp(o.PVCap) < 0 {
+			fail("legacy: expands only when spec > capacity, to at least spec and the PV capacity")
+		}
+		if o.Spec.Cmp(o.PVCap) <= 0 && o.FileSystemResizePending {
+			fail("legacy: expanding while the PV covers spec and the node has the rest")
 		}
 		return
 	}

@@ -35,6 +35,10 @@ type Observed struct {
 	// Legacy selects the pre-KEP-1790 behaviour (RecoverVolumeExpansionFailure=false): only
 	// conditions are written and allocated* is never touched or read.
 	Legacy bool
+	// FileSystemResizePending is the PVC's FileSystemResizePending condition being True: the
+	// control-plane part is done and the kubelet has the rest. Only the legacy path reads it,
+	// having no allocatedResourceStatuses to say so.
+	FileSystemResizePending bool
 }
 
 // Action is what the controller must do for a PVC.
@@ -61,7 +65,8 @@ type Plan struct {
 	// the request after a failed expansion (KEP-1790 Cases 1 and 2).
 	Recovery bool
 	// LowerPV is true when the PV capacity must go down to Target. Only ever for node-only
-	// drivers, whose PV capacity no backend acted on (KEP-1790 Case 2).
+	// drivers, whose PV capacity no backend acted on, and only in a KEP-1790 Case 2 recovery
+	// (see mayLowerPV): otherwise a node-only target never goes below the PV capacity.
 	LowerPV bool
 	// Why says in words which rule chose the target, for logs and events.
 	Why string
@@ -119,6 +124,19 @@ func planLegacy(o Observed) Plan {
 	if o.Spec.Cmp(o.PVCCap) <= 0 {
 		return Plan{Action: Nothing, Why: "spec is not above status.capacity"}
 	}
+	// Legacy mode has no allocatedResourceStatuses to say "node expansion pending"; upstream's
+	// pvNeedResize reads it from the PV capacity and the PVC condition: a PV that covers spec
+	// plus FileSystemResizePending means the control-plane part is done and only the kubelet
+	// has work left. Expanding again would call ControllerExpandVolume, and write the status
+	// and an event, on every resync until the node finishes (for a node-only driver, re-hand
+	// the same PV to the node). Without the condition a PV that covers spec is a resize whose
+	// PVC status was never written (crash after the PV write): like upstream, go on and let
+	// the idempotent call finish it, or the PVC would stay unfinished for good.
+	if o.Spec.Cmp(o.PVCap) <= 0 && o.FileSystemResizePending {
+		return Plan{Action: Nothing, Why: "legacy: the PV capacity covers spec and the file system resize is pending on the node"}
+	}
+	// Never below the PV capacity: a controller expansion cannot be undone, and legacy has no
+	// recovery to lower a node-only PV.
 	if o.NodeOnly {
 		return Plan{Action: ExpandNodeOnly, Target: maxQ(o.Spec, o.PVCap), Why: "legacy: node-only driver"}
 	}
@@ -126,15 +144,15 @@ func planLegacy(o Observed) Plan {
 }
 
 // target turns a wanted size into a plan, enforcing rule 4: allocatedResources never below
-// status.capacity, and never a driver request below the PV capacity unless the driver is
-// node-only.
+// status.capacity, and never a target below the PV capacity, except in a node-only Case 2
+// recovery (mayLowerPV).
 func target(o Observed, want resource.Quantity, why string) Plan {
 	p := Plan{Action: ExpandController, Why: why}
 	if o.NodeOnly {
 		p.Action = ExpandNodeOnly
 	}
 	t := maxQ(want, o.PVCCap)
-	if o.NodeOnly {
+	if mayLowerPV(o) {
 		p.LowerPV = t.Cmp(o.PVCap) < 0
 	} else {
 		t = maxQ(t, o.PVCap)
@@ -142,6 +160,36 @@ func target(o Observed, want resource.Quantity, why string) Plan {
 	p.Target = t
 	p.Recovery = o.Alloc != nil && t.Cmp(*o.Alloc) < 0
 	return p
+}
+
+// mayLowerPV says whether a target below the PV capacity is allowed (rule 4, KEP-1790 Case 2).
+// A controller expansion that succeeded cannot be undone, so never for a controller driver. For
+// a node-only driver the PV capacity is what the kubelet expands the file system to, so it may
+// go down only when the node is known not to be acting on it:
+//   - NodeResizeInfeasible: the node failed for good on the recorded allocation and waits for
+//     NodeResizePending (KEP Design Details, item 2). Without a recorded allocation no component
+//     wrote this state and nothing says what failed, so it is not treated as Case 2.
+//   - ControllerResizeInProgress with allocatedResources below the PV: only a Case 2 recovery
+//     records an allocation below the PV of a node-only driver (anything else writes the PV up
+//     to the allocation), so this resizer started one and stopped before lowering the PV; the
+//     kubelet does not act in this state. Finishing it is what a restart must do (Case 4).
+//
+// Anything else is not a recovery after a node failure. In particular with no state the PV may
+// have been raised by an older resizer that left FileSystemResizePending without
+// allocatedResourceStatuses, and the node may be expanding to it right now; and an allocation
+// equal to the PV with ControllerResizeInProgress is a crash after the PV write, i.e. a
+// control-plane part that succeeded, which KEP-1790 never lets a lower request undo.
+func mayLowerPV(o Observed) bool {
+	if !o.NodeOnly || o.Alloc == nil {
+		return false
+	}
+	switch o.State {
+	case v1.PersistentVolumeClaimNodeResizeInfeasible:
+		return true
+	case v1.PersistentVolumeClaimControllerResizeInProgress:
+		return o.Alloc.Cmp(o.PVCap) < 0
+	}
+	return false
 }
 
 func allocOr(o Observed, fallback resource.Quantity) resource.Quantity {

@@ -488,6 +488,82 @@ func TestPlanRules(t *testing.T) {
 	}
 }
 
+// TestNodeOnlyLowersPVOnlyInCase2Recovery is rule 4 for node-only drivers: the PV capacity is
+// what the kubelet expands the file system to, so it may go down only in a KEP-1790 Case 2
+// recovery, when the node is known not to be acting on it: the node failed for good
+// (NodeResizeInfeasible, Design Details item 2), or the resizer already recorded an allocation
+// below the PV for such a recovery and crashed before lowering the PV. Everywhere else a
+// node-only target never goes below the PV capacity, like a controller driver's.
+func TestNodeOnlyLowersPVOnlyInCase2Recovery(t *testing.T) {
+	ip := v1.PersistentVolumeClaimControllerResizeInProgress
+	cases := []struct {
+		name     string
+		o        Observed
+		target   string
+		recovery bool
+		lowerPV  bool
+	}{
+		// An older/upstream resizer raised the PV to 12Gi and left FileSystemResizePending without
+		// allocatedResourceStatuses: the node may be expanding to 12Gi right now.
+		{"no state, PV raised above spec by another resizer: keep the PV",
+			Observed{Spec: q("11Gi"), PVCap: q("12Gi"), PVCCap: q("10Gi"), NodeOnly: true}, "12Gi", false, false},
+		{"no state with alloc at the PV, spec lowered: keep the PV",
+			Observed{Spec: q("11Gi"), Alloc: qp("12Gi"), PVCap: q("12Gi"), PVCCap: q("10Gi"), NodeOnly: true}, "12Gi", false, false},
+		// Crash between the PV write and the NodeResizePending write: the control-plane part
+		// succeeded, so no Design Details item allows a lower allocation, whatever error the
+		// condition still records.
+		{"in progress after a final error, alloc at the PV: keep the PV",
+			Observed{Spec: q("20Gi"), Alloc: qp("100Gi"), State: ip, PVCap: q("100Gi"), PVCCap: q("10Gi"), LastError: ClassFinal, NodeOnly: true}, "100Gi", false, false},
+		{"controller infeasible state, alloc at the PV: keep the PV",
+			Observed{Spec: q("20Gi"), Alloc: qp("100Gi"), State: v1.PersistentVolumeClaimControllerResizeInfeasible, PVCap: q("100Gi"), PVCCap: q("10Gi"), NodeOnly: true}, "100Gi", false, false},
+		// NodeResizeInfeasible with nothing recorded about what the node failed on is not
+		// written by any component; without a recorded allocation it is not provably Case 2.
+		{"node infeasible without alloc: re-drive at the PV capacity",
+			Observed{Spec: q("20Gi"), State: v1.PersistentVolumeClaimNodeResizeInfeasible, PVCap: q("100Gi"), PVCCap: q("10Gi"), NodeOnly: true}, "100Gi", false, false},
+		// The genuine Case 2 recoveries still lower the PV.
+		{"Case 2: node infeasible, spec lowered: lower the PV",
+			Observed{Spec: q("20Gi"), Alloc: qp("100Gi"), State: v1.PersistentVolumeClaimNodeResizeInfeasible, PVCap: q("100Gi"), PVCCap: q("10Gi"), NodeOnly: true}, "20Gi", true, true},
+		{"Case 2 crash before the PV was lowered, after a final error: lower the PV",
+			Observed{Spec: q("15Gi"), Alloc: qp("20Gi"), State: ip, PVCap: q("100Gi"), PVCCap: q("10Gi"), LastError: ClassFinal, NodeOnly: true}, "15Gi", true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := PlanExpansion(tc.o)
+			checkPlanInvariants(t, tc.o, p)
+			wantPlan(t, tc.name, p, ExpandNodeOnly, tc.target, tc.recovery, tc.lowerPV)
+		})
+	}
+}
+
+// TestNodeOnlyAfterLegacyResizerKeepsPV is the story behind the rule above: an older resizer
+// (no allocated*) raised the PV of a node-only volume and handed over to the node; the user then
+// lowers the request a little, and this resizer takes over. It must not pull the PV from under
+// the node expansion.
+func TestNodeOnlyAfterLegacyResizerKeepsPV(t *testing.T) {
+	c := newCluster(t, "10Gi", true)
+	c.legacy = true
+	c.userRequests("12Gi")
+	p := c.plan()
+	c.start(p)
+	c.nodeOnlyExpanded(p)
+	c.wantCapacities("older resizer done", "10Gi", "12Gi")
+	c.wantState("older resizer done", "")
+
+	c.legacy = false
+	c.userRequests("11Gi")
+	p = c.plan()
+	wantPlan(t, "spec lowered below the PV", p, ExpandNodeOnly, "12Gi", false, false)
+	c.start(p)
+	c.nodeOnlyExpanded(p)
+	c.wantState("handed to the node", v1.PersistentVolumeClaimNodeResizePending)
+	c.kubeletFinishes()
+	c.wantCapacities("node done", "12Gi", "12Gi")
+	wantPlan(t, "done", c.plan(), Nothing, "", false, false)
+	if c.pvLowerings != 0 {
+		t.Errorf("PV capacity lowered %d times outside a Case 2 recovery", c.pvLowerings)
+	}
+}
+
 // An allocatedResourceStatuses value this resizer does not know (written by a newer kubelet or
 // controller) is neither "no state" nor "known to have failed". KEP-1790 Design Details: the
 // resizer follows spec "only when previous operation has finished (i.e.
@@ -538,12 +614,15 @@ func TestLegacy(t *testing.T) {
 		if cond := findCondition(c.pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); cond == nil {
 			t.Error("legacy: no FileSystemResizePending for the node")
 		}
+		// The PV has spec: the controller part is done and only the kubelet has work left.
+		wantPlan(t, "node pending", c.plan(), Nothing, "", false, false)
 		c.kubeletFinishes()
 		c.wantCapacities("done", "20Gi", "20Gi")
 		if c.pvc.Status.AllocatedResources != nil || c.pvc.Status.AllocatedResourceStatuses != nil {
 			t.Errorf("legacy wrote allocated*: %v %v", c.pvc.Status.AllocatedResources, c.pvc.Status.AllocatedResourceStatuses)
 		}
 		wantPlan(t, "done", c.plan(), Nothing, "", false, false)
+		c.wantRequests("end", "100Gi", "20Gi")
 	})
 
 	t.Run("ignores allocated* left by a KEP-1790 resizer", func(t *testing.T) {
@@ -580,7 +659,44 @@ func TestLegacy(t *testing.T) {
 		p := PlanExpansion(o)
 		checkPlanInvariants(t, o, p)
 		wantPlan(t, "node-only", p, ExpandNodeOnly, "100Gi", false, false)
+		// Handed to the node already: the kubelet's turn.
+		o.FileSystemResizePending = true
+		p = PlanExpansion(o)
+		checkPlanInvariants(t, o, p)
+		wantPlan(t, "node-only, file system resize pending", p, Nothing, "", false, false)
 	})
+}
+
+// TestLegacyNothingOnceThePVHasSpec: without RecoverVolumeExpansionFailure, a PV capacity that
+// already covers spec together with FileSystemResizePending means the control-plane expansion is
+// done and the kubelet has the rest (upstream's pvNeedResize). Expanding again would call
+// ControllerExpandVolume and write the status and an event on every resync while the node
+// expansion is pending. Without the condition (crash between the PV write and the PVC status
+// write) upstream calls the idempotent driver again to finish the PVC; so do we.
+func TestLegacyNothingOnceThePVHasSpec(t *testing.T) {
+	cases := []struct {
+		name   string
+		o      Observed
+		action Action
+		target string
+	}{
+		{"controller driver, PV at spec, node pending", Observed{Spec: q("2Gi"), PVCap: q("2Gi"), PVCCap: q("1Gi"), FileSystemResizePending: true}, Nothing, ""},
+		{"controller driver, PV rounded up above spec, node pending", Observed{Spec: q("2Gi"), PVCap: q("3Gi"), PVCCap: q("1Gi"), FileSystemResizePending: true}, Nothing, ""},
+		{"controller driver, PV below spec, node pending: new request", Observed{Spec: q("3Gi"), PVCap: q("2Gi"), PVCCap: q("1Gi"), FileSystemResizePending: true}, ExpandController, "3Gi"},
+		{"controller driver, PV at spec, PVC never finished: finish it", Observed{Spec: q("2Gi"), PVCap: q("2Gi"), PVCCap: q("1Gi")}, ExpandController, "2Gi"},
+		{"controller driver, PV above spec, PVC never finished: never below the PV", Observed{Spec: q("2Gi"), PVCap: q("3Gi"), PVCCap: q("1Gi")}, ExpandController, "3Gi"},
+		{"node-only driver, PV at spec, node pending", Observed{Spec: q("2Gi"), PVCap: q("2Gi"), PVCCap: q("1Gi"), NodeOnly: true, FileSystemResizePending: true}, Nothing, ""},
+		{"node-only driver, PV above spec, node pending", Observed{Spec: q("2Gi"), PVCap: q("3Gi"), PVCCap: q("1Gi"), NodeOnly: true, FileSystemResizePending: true}, Nothing, ""},
+		{"node-only driver, PV below spec, node pending: new request", Observed{Spec: q("3Gi"), PVCap: q("2Gi"), PVCCap: q("1Gi"), NodeOnly: true, FileSystemResizePending: true}, ExpandNodeOnly, "3Gi"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.Legacy = true
+			p := PlanExpansion(tc.o)
+			checkPlanInvariants(t, tc.o, p)
+			wantPlan(t, tc.name, p, tc.action, tc.target, false, false)
+		})
+	}
 }
 
 // TestPlanInvariantsGrid runs every combination of a small set of sizes, states, last errors
@@ -601,14 +717,16 @@ func TestPlanInvariantsGrid(t *testing.T) {
 						for _, le := range classes {
 							for _, nodeOnly := range []bool{false, true} {
 								for _, legacy := range []bool{false, true} {
-									o := Observed{Spec: q(spec), State: state, PVCap: q(pvCap), PVCCap: q(pvcCap), LastError: le, NodeOnly: nodeOnly, Legacy: legacy}
-									if alloc != "" {
-										o.Alloc = qp(alloc)
+									for _, fsrp := range []bool{false, true} {
+										o := Observed{Spec: q(spec), State: state, PVCap: q(pvCap), PVCCap: q(pvcCap), LastError: le, NodeOnly: nodeOnly, Legacy: legacy, FileSystemResizePending: fsrp}
+										if alloc != "" {
+											o.Alloc = qp(alloc)
+										}
+										p := PlanExpansion(o)
+										checkPlanInvariants(t, o, p)
+										checkRule2Target(t, o, p)
+										n++
 									}
-									p := PlanExpansion(o)
-									checkPlanInvariants(t, o, p)
-									checkRule2Target(t, o, p)
-									n++
 								}
 							}
 						}
@@ -624,15 +742,17 @@ func TestPlanInvariantsGrid(t *testing.T) {
 func checkRule2Target(t *testing.T, o Observed, p Plan) {
 	t.Helper()
 	if o.Legacy {
+		// Legacy: expand only when spec is above both capacities; a PV that covers spec means
+		// the node has the rest.
 		want := Nothing
-		if o.Spec.Cmp(o.PVCCap) > 0 {
+		if o.Spec.Cmp(o.PVCCap) > 0 && (o.Spec.Cmp(o.PVCap) > 0 || !o.FileSystemResizePending) {
 			want = ExpandController
 			if o.NodeOnly {
 				want = ExpandNodeOnly
 			}
 		}
 		if p.Action != want {
-			t.Fatalf("legacy: action %s, want %s (spec=%s pvcCap=%s)", p.Action, want, o.Spec.String(), o.PVCCap.String())
+			t.Fatalf("legacy: action %s, want %s (spec=%s pvCap=%s pvcCap=%s fsResizePending=%v)", p.Action, want, o.Spec.String(), o.PVCap.String(), o.PVCCap.String(), o.FileSystemResizePending)
 		}
 		return
 	}
@@ -665,7 +785,7 @@ func checkRule2Target(t *testing.T, o Observed, p Plan) {
 	if want.Cmp(o.PVCCap) < 0 {
 		want = o.PVCCap.DeepCopy()
 	}
-	if !o.NodeOnly && want.Cmp(o.PVCap) < 0 {
+	if !isCase2Recovery(o) && want.Cmp(o.PVCap) < 0 {
 		want = o.PVCap.DeepCopy()
 	}
 	if p.Action == Nothing || p.Target.Cmp(want) != 0 {

@@ -32,6 +32,9 @@ func Observe(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, nodeOnly, l
 	if c := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError); c != nil {
 		o.LastError = ClassFromReason(c.Reason)
 	}
+	if c := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); c != nil {
+		o.FileSystemResizePending = c.Status == v1.ConditionTrue
+	}
 	return o
 }
 

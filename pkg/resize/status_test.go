@@ -377,10 +377,18 @@ func TestObserve(t *testing.T) {
 		}
 	}
 
+	// FileSystemResizePending (read by the legacy path) only when the condition is True.
+	for status, want := range map[v1.ConditionStatus]bool{v1.ConditionTrue: true, v1.ConditionFalse: false, v1.ConditionUnknown: false} {
+		pvc.Status.Conditions = []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimFileSystemResizePending, Status: status}}
+		if got := Observe(pvc, pv, false, true).FileSystemResizePending; got != want {
+			t.Errorf("FileSystemResizePending condition %s: observed %v, want %v", status, got, want)
+		}
+	}
+
 	// Absent fields.
 	pvc.Status = v1.PersistentVolumeClaimStatus{}
 	o = Observe(pvc, nil, false, true)
-	if o.Alloc != nil || o.State != "" || o.LastError != ClassNone || !o.PVCap.IsZero() || !o.PVCCap.IsZero() || !o.Legacy {
+	if o.Alloc != nil || o.State != "" || o.LastError != ClassNone || !o.PVCap.IsZero() || !o.PVCCap.IsZero() || !o.Legacy || o.FileSystemResizePending {
 		t.Errorf("Observe of an empty status = %+v", o)
 	}
 }
