@@ -13,7 +13,7 @@ IMAGE ?= csi-resizer:$(VERSION)
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e demo bench bench-smoke manifests-check lint-dockerfile image check clean
+.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e demo bench bench-smoke manifests-render manifests-check lint-dockerfile image check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -67,8 +67,12 @@ bench-smoke: ## a small run of every benchmark, so they cannot rot
 	bash hack/build-k8s-bins.sh >/dev/null
 	BENCH_SMOKE=1 $(GO) test -tags integration -count=1 -timeout 20m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
-manifests-check: ## kustomize-render and check every deploy/ base (the server-side dry-run is TestManifests* in test-integration)
+manifests-render: ## kustomize-render and check every deploy/ base, without a cluster
 	bash hack/manifests-check.sh
+
+manifests-check: manifests-render ## manifests-render, then server-side dry-run every render and check the shipped RBAC on a real kube-apiserver (TestManifests*)
+	bash hack/build-k8s-bins.sh >/dev/null
+	$(GO) test -tags integration -count=1 -p 1 -timeout 15m -run '^TestManifests' ./test/integration/
 
 lint-dockerfile: ## static checks of the Dockerfile (no Docker engine needed)
 	bash hack/lint-dockerfile.sh
