@@ -56,32 +56,36 @@ func AddFlags(fs *flag.FlagSet) *Options {
 	return o
 }
 
-// Validate checks the flags that can be checked before connecting anywhere. Each error is one
-// line that names the flag and the fix.
+// Validate checks the flags that can be checked before connecting anywhere. Each problem names
+// the flag and the fix, and all of them come back as one line joined by "; ": the binary
+// prints the error as its single line on stderr, where errors.Join's newlines would split it.
 func (o *Options) Validate() error {
-	var errs []error
+	var errs []string
 	if o.Workers <= 0 {
-		errs = append(errs, fmt.Errorf("--workers must be positive, got %d", o.Workers))
+		errs = append(errs, fmt.Sprintf("--workers must be positive, got %d", o.Workers))
 	}
 	if o.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("--timeout must be positive, got %s", o.Timeout))
+		errs = append(errs, fmt.Sprintf("--timeout must be positive, got %s", o.Timeout))
 	}
 	if o.RetryIntervalStart <= 0 {
-		errs = append(errs, fmt.Errorf("--retry-interval-start must be positive, got %s", o.RetryIntervalStart))
+		errs = append(errs, fmt.Sprintf("--retry-interval-start must be positive, got %s", o.RetryIntervalStart))
 	}
 	if o.RetryIntervalStart > o.RetryIntervalMax {
-		errs = append(errs, fmt.Errorf("--retry-interval-start (%s) must not be greater than --retry-interval-max (%s)", o.RetryIntervalStart, o.RetryIntervalMax))
+		errs = append(errs, fmt.Sprintf("--retry-interval-start (%s) must not be greater than --retry-interval-max (%s)", o.RetryIntervalStart, o.RetryIntervalMax))
 	}
 	if o.Common.HttpEndpoint != "" && o.Common.MetricsAddress != "" {
-		errs = append(errs, errors.New("only one of --http-endpoint and --metrics-address (deprecated) can be set; use --http-endpoint"))
+		errs = append(errs, "only one of --http-endpoint and --metrics-address (deprecated) can be set: use --http-endpoint")
 	}
 	if o.Common.KubeAPIQPS <= 0 || o.Common.KubeAPIBurst <= 0 {
-		errs = append(errs, fmt.Errorf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", o.Common.KubeAPIQPS, o.Common.KubeAPIBurst))
+		errs = append(errs, fmt.Sprintf("--kube-api-qps and --kube-api-burst must be positive, got %v and %d", o.Common.KubeAPIQPS, o.Common.KubeAPIBurst))
 	}
 	if o.Common.CSIAddress == "" {
-		errs = append(errs, errors.New("--csi-address must not be empty"))
+		errs = append(errs, "--csi-address must not be empty")
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(errs, "; "))
 }
 
 // HTTPAddress is the address of the diagnostics server, "" when off.

@@ -120,6 +120,27 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateOneLine: several problems at once come back as one line, each problem joined by
+// "; ", in flag order, so the binary's single stderr line lists them all.
+func TestValidateOneLine(t *testing.T) {
+	o := defaults(t)
+	o.Workers, o.Timeout, o.Common.CSIAddress = 0, 0, ""
+	o.Common.HttpEndpoint, o.Common.MetricsAddress = ":8080", ":8081"
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("Validate() = nil, want an error")
+	}
+	want := "--workers must be positive, got 0; --timeout must be positive, got 0s; " +
+		"only one of --http-endpoint and --metrics-address (deprecated) can be set: use --http-endpoint; " +
+		"--csi-address must not be empty"
+	if got := err.Error(); got != want {
+		t.Errorf("Validate() =\n%q\nwant\n%q", got, want)
+	}
+	if strings.ContainsAny(err.Error(), "\r\n") {
+		t.Errorf("Validate() = %q, want one line", err)
+	}
+}
+
 func TestHTTPAddress(t *testing.T) {
 	o := defaults(t)
 	if a := o.HTTPAddress(); a != "" {
