@@ -149,13 +149,15 @@ func TestControllerExpandSecret(t *testing.T) {
 }
 
 // TestIgnoresOtherClaims: PVCs that are not this driver's, not bound, or whose PV belongs to
-// another claim are left alone (rule 1).
+// another claim, or whose PV's claimRef has no UID, are left alone (rule 1).
 func TestIgnoresOtherClaims(t *testing.T) {
 	t.Parallel()
 	otherDriverPVC, otherDriverPV := claim("other-driver", "2Gi", "1Gi")
 	otherDriverPV.Spec.CSI.Driver = "other.example.com"
 	staleRefPVC, staleRefPV := claim("stale-ref", "2Gi", "1Gi")
 	staleRefPV.Spec.ClaimRef.UID = types.UID("uid-of-a-deleted-claim")
+	noUIDPVC, noUIDPV := claim("no-uid", "2Gi", "1Gi")
+	noUIDPV.Spec.ClaimRef.UID = ""
 	pendingPVC, _ := claim("pending", "2Gi", "1Gi")
 	pendingPVC.Status.Phase = v1.ClaimPending
 	noPVPVC, _ := claim("no-pv", "2Gi", "1Gi")
@@ -164,7 +166,7 @@ func TestIgnoresOtherClaims(t *testing.T) {
 	notCSIPV.Spec.HostPath = &v1.HostPathVolumeSource{Path: "/tmp"}
 	// And one that is ours, to know when the controller has been through the queue.
 	mine, minePV := claim("mine", "2Gi", "1Gi")
-	e := start(t, setup{objects: objects(otherDriverPVC, otherDriverPV, staleRefPVC, staleRefPV, pendingPVC, noPVPVC,
+	e := start(t, setup{objects: objects(otherDriverPVC, otherDriverPV, staleRefPVC, staleRefPV, noUIDPVC, noUIDPV, pendingPVC, noPVPVC,
 		notCSIPVC, notCSIPV, mine, minePV), workers: 1})
 	e.waitForClaim("mine", "resized", func(p *v1.PersistentVolumeClaim) bool {
 		return capacityOf(p.Status.Capacity) == "2Gi"

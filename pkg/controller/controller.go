@@ -284,7 +284,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 }
 
 // volumeOf returns the PV of a bound PVC when the PV belongs to this driver and its claimRef
-// points back at this very PVC (rule 1).
+// points back at this very PVC (rule 1). The UID must match too, as upstream requires: a
+// claimRef without one (pre-bound by name, not yet confirmed by the PV controller) or with
+// another's (a deleted claim of the same name) does not prove the volume is this claim's.
 func (c *Controller) volumeOf(pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolume, bool) {
 	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != v1.ClaimBound {
 		return nil, false
@@ -294,7 +296,7 @@ func (c *Controller) volumeOf(pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolu
 		return nil, false
 	}
 	ref := pv.Spec.ClaimRef
-	if ref == nil || ref.Namespace != pvc.Namespace || ref.Name != pvc.Name || (ref.UID != "" && ref.UID != pvc.UID) {
+	if ref == nil || ref.Namespace != pvc.Namespace || ref.Name != pvc.Name || ref.UID != pvc.UID {
 		return nil, false
 	}
 	return pv, true
