@@ -267,6 +267,8 @@ func pod(name, claimName string, phase v1.PodPhase) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name)},
 		Spec: v1.PodSpec{
+			// Scheduled: only a pod on a node holds its volumes (pkg/inuse).
+			NodeName:   "node-1",
 			Containers: []v1.Container{{Name: "app", Image: "example"}},
 			Volumes: []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
 				PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}}}},
@@ -340,6 +342,26 @@ func TestVolumeInUse(t *testing.T) {
 		})
 		if n := len(e.csi.ExpandCalls()); n != 1 {
 			t.Errorf("ControllerExpandVolume calls = %d, want 1", n)
+		}
+	})
+	t.Run("offline-only driver, unscheduled pod", func(t *testing.T) {
+		// A Pending pod the scheduler cannot place has no kubelet that could have attached or
+		// mounted the volume: it must not stall the offline expansion.
+		t.Parallel()
+		pvc, pv := claim("data", "2Gi", "1Gi")
+		waiting := pod("app", "data", v1.PodPending)
+		waiting.Spec.NodeName = ""
+		e := start(t, setup{
+			driver: csitest.Options{ControllerService: true, ControllerExpand: true,
+				PluginExpansion: csispec.PluginCapability_VolumeExpansion_OFFLINE},
+			objects:     objects(pvc, pv, waiting),
+			handleInUse: true,
+		})
+		e.waitForClaim("data", "resized", func(p *v1.PersistentVolumeClaim) bool {
+			return capacityOf(p.Status.Capacity) == "2Gi"
+		})
+		if n := e.events.Count(controller.EventResizeFailed); n != 0 {
+			t.Errorf("%d in-use events for a pod on no node, want 0", n)
 		}
 	})
 }

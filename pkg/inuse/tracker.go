@@ -79,7 +79,8 @@ func (t *Tracker) Start(ctx context.Context) error {
 	}
 }
 
-// InUse reports whether a pod that has not finished uses the claim. Start must have returned.
+// InUse reports whether a pod scheduled to a node, and not finished, uses the claim. Start must
+// have returned.
 func (t *Tracker) InUse(namespace, claim string) bool {
 	t.mu.Lock()
 	inf := t.informer
@@ -92,7 +93,7 @@ func (t *Tracker) InUse(namespace, claim string) bool {
 		return false
 	}
 	for _, o := range objs {
-		if p, ok := o.(*podClaims); ok && !p.finished {
+		if p, ok := o.(*podClaims); ok && !p.idle {
 			return true
 		}
 	}
@@ -117,7 +118,7 @@ func (t *Tracker) newInformer() cache.SharedIndexInformer {
 		UpdateFunc: func(oldObj, newObj any) {
 			o, okOld := oldObj.(*podClaims)
 			n, okNew := newObj.(*podClaims)
-			if okOld && okNew && !o.finished && n.finished {
+			if okOld && okNew && !o.idle && n.idle {
 				t.release(n)
 			}
 		},
@@ -125,7 +126,8 @@ func (t *Tracker) newInformer() cache.SharedIndexInformer {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if p, ok := obj.(*podClaims); ok {
+			// An idle pod was nobody's reason to wait: its going away changes nothing.
+			if p, ok := obj.(*podClaims); ok && !p.idle {
 				t.release(p)
 			}
 		},
@@ -142,14 +144,18 @@ func (t *Tracker) release(p *podClaims) {
 
 // podClaims is all the cache keeps of a pod: its identity, which the store's key function
 // reads, the claims it uses as "namespace/claim" keys (the index values, built once), and
-// whether it has finished. About 300 B a pod, where even a v1.Pod stripped to these fields
+// whether it is idle. About 300 B a pod, where even a v1.Pod stripped to these fields
 // costs ~1.5 kB (the struct alone is 1.2 kB, plus a v1.Volume per claim); with 10k pods that
 // difference is ~12 MB of live heap, ~25 MiB of RSS at the default GOGC.
 type podClaims struct {
 	metav1.ObjectMeta
 	claimKeys []string
-	// finished: the pod has succeeded or failed, and so has released its volumes.
-	finished bool
+	// idle: the pod holds none of its volumes. Either it has succeeded or failed, and so has
+	// released them, or it has no node yet: only a kubelet attaches and mounts volumes, and
+	// only once the pod is bound to its node. Counting an unscheduled pod (Pending for want of
+	// resources, maybe for ever) would stall an offline expansion behind a pod that cannot run;
+	// once it is scheduled, the update makes it a user.
+	idle bool
 }
 
 var _ runtime.Object = &podClaims{}
@@ -159,7 +165,7 @@ func (p *podClaims) GetObjectKind() schema.ObjectKind { return schema.EmptyObjec
 
 // DeepCopyObject lets client-go's helpers that copy cached objects work on podClaims too.
 func (p *podClaims) DeepCopyObject() runtime.Object {
-	c := &podClaims{claimKeys: slices.Clone(p.claimKeys), finished: p.finished}
+	c := &podClaims{claimKeys: slices.Clone(p.claimKeys), idle: p.idle}
 	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
 	return c
 }
@@ -184,11 +190,16 @@ func slimPod(obj any) (any, error) {
 	}
 	slim := &podClaims{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion},
-		finished:   p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed,
+		idle:       p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed,
 	}
 	for _, v := range p.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
+		switch {
+		case v.PersistentVolumeClaim != nil:
 			slim.claimKeys = append(slim.claimKeys, p.Namespace+"/"+v.PersistentVolumeClaim.ClaimName)
+		case v.Ephemeral != nil:
+			// A generic ephemeral volume is a PVC too, created for the pod and named
+			// <pod name>-<volume name> (k8s.io/component-helpers/storage/ephemeral).
+			slim.claimKeys = append(slim.claimKeys, p.Namespace+"/"+p.Name+"-"+v.Name)
 		}
 	}
 	return slim, nil

@@ -20,6 +20,7 @@ func pod(ns, name string, phase v1.PodPhase, claims ...string) *v1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name),
 			Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"big": "value"}},
 		Spec: v1.PodSpec{
+			NodeName:   "node-1",
 			Containers: []v1.Container{{Name: "app", Image: "example", Env: []v1.EnvVar{{Name: "A", Value: "B"}}}},
 			Volumes:    []v1.Volume{{Name: "tmp", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}},
 		},
@@ -29,6 +30,19 @@ func pod(ns, name string, phase v1.PodPhase, claims ...string) *v1.Pod {
 		p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "v-" + c, VolumeSource: v1.VolumeSource{
 			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
 	}
+	return p
+}
+
+// unscheduled is a pod the scheduler has not placed (yet): no nodeName.
+func unscheduled(p *v1.Pod) *v1.Pod {
+	p.Spec.NodeName = ""
+	return p
+}
+
+// withEphemeral adds a generic ephemeral volume named vol, whose PVC is <pod>-<vol>.
+func withEphemeral(p *v1.Pod, vol string) *v1.Pod {
+	p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: vol, VolumeSource: v1.VolumeSource{
+		Ephemeral: &v1.EphemeralVolumeSource{VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{}}}})
 	return p
 }
 
@@ -69,6 +83,9 @@ func TestTracker(t *testing.T) {
 	kube := kubetest.NewClientset([]runtime.Object{
 		pod("a", "running", v1.PodRunning, "data", "logs"),
 		pod("a", "pending", v1.PodPending, "queued"),
+		unscheduled(pod("a", "unplaced", v1.PodPending, "waiting")),
+		unscheduled(pod("a", "unplaced-2", v1.PodPending, "waiting-2")),
+		withEphemeral(pod("a", "web-0", v1.PodRunning), "scratch"),
 		pod("a", "done", v1.PodSucceeded, "finished"),
 		pod("a", "crashed", v1.PodFailed, "failed"),
 		pod("b", "other-ns", v1.PodRunning, "elsewhere"),
@@ -101,7 +118,10 @@ func TestTracker(t *testing.T) {
 	}{
 		{"a", "data", true},
 		{"a", "logs", true},
-		{"a", "queued", true}, // a pending pod may already have the volume attached
+		{"a", "queued", true},        // a scheduled pending pod may already have the volume attached
+		{"a", "waiting", false},      // an unscheduled one cannot: no kubelet has it
+		{"a", "web-0-scratch", true}, // the generic ephemeral volume's PVC
+		{"a", "scratch", false},
 		{"a", "finished", false},
 		{"a", "failed", false},
 		{"a", "elsewhere", false},
@@ -145,12 +165,20 @@ func TestTracker(t *testing.T) {
 	if tr.InUse("b", "elsewhere") {
 		t.Error("b/elsewhere in use after its pod was deleted")
 	}
+	// A pod the scheduler places becomes a user; one deleted before that released nothing.
+	if err := kube.Mutate(kubetest.Pods, "a", "unplaced", func(o runtime.Object) { o.(*v1.Pod).Spec.NodeName = "node-2" }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a/waiting to be in use once its pod is scheduled", func() bool { return tr.InUse("a", "waiting") })
+	if err := kube.Delete(kubetest.Pods, "a", "unplaced-2"); err != nil {
+		t.Fatal(err)
+	}
 	// A new pod makes a claim used again.
 	if err := kube.Add(pod("a", "new", v1.PodRunning, "finished")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a/finished to be in use", func() bool { return tr.InUse("a", "finished") })
-	if rel.has("a/queued") || rel.has("a/finished") {
+	if rel.has("a/queued") || rel.has("a/finished") || rel.has("a/waiting") || rel.has("a/waiting-2") {
 		t.Errorf("released keys %v include claims whose pods did not let go", rel.keys)
 	}
 }
@@ -179,8 +207,8 @@ func TestSlimPod(t *testing.T) {
 	if p.Name != "web-0" || p.Namespace != "a" || p.UID != "uid-web-0" || p.ResourceVersion != "42" {
 		t.Errorf("identity not kept: %+v", p.ObjectMeta)
 	}
-	if want := []string{"a/data", "a/logs"}; !slices.Equal(p.claimKeys, want) || !p.finished {
-		t.Errorf("slimPod = claims %v finished %v, want %v true", p.claimKeys, p.finished, want)
+	if want := []string{"a/data", "a/logs"}; !slices.Equal(p.claimKeys, want) || !p.idle {
+		t.Errorf("slimPod = claims %v idle %v, want %v true", p.claimKeys, p.idle, want)
 	}
 	// client-go may hand cached (already transformed) objects to the transform again.
 	again, err := slimPod(p)
@@ -197,14 +225,23 @@ func TestSlimPod(t *testing.T) {
 	}
 	c := p.DeepCopyObject().(*podClaims)
 	c.claimKeys[0] = "changed"
-	if p.claimKeys[0] != "a/data" || c.Name != p.Name || !c.finished {
+	if p.claimKeys[0] != "a/data" || c.Name != p.Name || !c.idle {
 		t.Errorf("DeepCopyObject shares or loses state: original %+v copy %+v", p, c)
 	}
-	// Running and pending pods hold their volumes.
+	// Running and pending pods on a node hold their volumes; without a node, none.
 	for _, phase := range []v1.PodPhase{v1.PodRunning, v1.PodPending, ""} {
 		out, _ := slimPod(pod("a", "x", phase, "data"))
-		if out.(*podClaims).finished {
-			t.Errorf("a %q pod is treated as finished", phase)
+		if out.(*podClaims).idle {
+			t.Errorf("a scheduled %q pod is treated as idle", phase)
 		}
+		out, _ = slimPod(unscheduled(pod("a", "x", phase, "data")))
+		if !out.(*podClaims).idle {
+			t.Errorf("an unscheduled %q pod is treated as a user of its volumes", phase)
+		}
+	}
+	// Generic ephemeral volumes are indexed by the PVC name the ephemeral controller gives.
+	out, _ = slimPod(withEphemeral(pod("a", "web-1", v1.PodRunning, "data"), "cache"))
+	if want := []string{"a/data", "a/web-1-cache"}; !slices.Equal(out.(*podClaims).claimKeys, want) {
+		t.Errorf("claims of a pod with an ephemeral volume = %v, want %v", out.(*podClaims).claimKeys, want)
 	}
 }
