@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -163,12 +164,9 @@ func run(ctx context.Context, opts *Options, version string) error {
 		runErr <- ctrl.Run(ctx, opts.Workers)
 	}
 	if opts.Common.LeaderElection {
-		le, err := newLeaderElection(ctx, config, opts, driver.Name, runController)
+		le, err := newLeaderElection(ctx, config, opts, driver.Name, mux, runController)
 		if err != nil {
 			return err
-		}
-		if opts.HTTPAddress() != "" {
-			le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
 		}
 		go func() {
 			if err := le.Run(); err != nil {
@@ -385,15 +383,46 @@ func listKey(l v1.ResourceList) string {
 	return b.String()
 }
 
-// newLeaderElection builds csi-lib-utils' Lease-based leader election. The Lease name is
-// upstream's (external-resizer-<driver>), so an upgrade from external-resizer keeps one
-// leader. The identity is the host name plus a random suffix: csi-lib-utils' default, the host
-// name alone, lets two resizers on one host (or one with a reused pod name) both believe they
-// lead.
-func newLeaderElection(ctx context.Context, config *rest.Config, opts *Options, driverName string, run func(context.Context)) (interface {
-	PrepareHealthCheck(leaderelection.Server, time.Duration)
+// elector is the part of csi-lib-utils' leader election the sidecar configures and runs.
+type elector interface {
+	WithIdentity(identity string)
+	WithNamespace(namespace string)
+	WithLabels(labels map[string]string)
+	WithLeaseDuration(d time.Duration)
+	WithRenewDeadline(d time.Duration)
+	WithRetryPeriod(d time.Duration)
+	WithReleaseOnCancel(release bool)
+	WithContext(ctx context.Context)
+	PrepareHealthCheck(s leaderelection.Server, timeout time.Duration)
 	Run() error
-}, error) {
+}
+
+// newElector creates the leader election for a Lease. A variable so that a unit test can see
+// which Lease is asked for without running an election (whose end exits the process).
+var newElector = func(client kubernetes.Interface, lease string, run func(context.Context)) elector {
+	return leaderelection.NewLeaderElection(client, lease, run)
+}
+
+// leaseName is upstream external-resizer's Lease name for a driver: "external-resizer-" and
+// the driver name with every character a Lease name cannot hold turned into "-" (and an "X"
+// appended when it would end in "-"), csi-lib-utils' sanitizing. Sanitized here rather than
+// left to csi-lib-utils so the name is visible, and testable, where it is chosen.
+func leaseName(driver string) string {
+	name := invalidLeaseChars.ReplaceAllString("external-resizer-"+driver, "-")
+	if strings.HasSuffix(name, "-") {
+		name += "X"
+	}
+	return name
+}
+
+var invalidLeaseChars = regexp.MustCompile("[^a-zA-Z0-9-]")
+
+// newLeaderElection builds csi-lib-utils' Lease-based leader election, and registers its
+// health check (/healthz/leader-election) on mux when the HTTP endpoint is on. The Lease name
+// is upstream's (leaseName), so an upgrade from external-resizer keeps one leader. The identity
+// is the host name plus a random suffix: csi-lib-utils' default, the host name alone, lets two
+// resizers on one host (or one with a reused pod name) both believe they lead.
+func newLeaderElection(ctx context.Context, config *rest.Config, opts *Options, driverName string, mux *http.ServeMux, run func(context.Context)) (elector, error) {
 	// A client of its own, so a throttled controller cannot starve lease renewals.
 	leClient, err := kubernetes.NewForConfig(config)
 	if err != nil {
@@ -403,7 +432,7 @@ func newLeaderElection(ctx context.Context, config *rest.Config, opts *Options, 
 	if err != nil {
 		return nil, fmt.Errorf("reading the host name for the leader identity: %w", err)
 	}
-	le := leaderelection.NewLeaderElection(leClient, "external-resizer-"+driverName, run)
+	le := newElector(leClient, leaseName(driverName), run)
 	suffix := make([]byte, 4)
 	if _, err := rand.Read(suffix); err != nil {
 		return nil, fmt.Errorf("reading randomness for the leader identity: %w", err)
@@ -420,5 +449,8 @@ func newLeaderElection(ctx context.Context, config *rest.Config, opts *Options, 
 	le.WithRetryPeriod(opts.Common.LeaderElectionRetryPeriod)
 	le.WithReleaseOnCancel(true)
 	le.WithContext(ctx)
+	if opts.HTTPAddress() != "" {
+		le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
+	}
 	return le, nil
 }
