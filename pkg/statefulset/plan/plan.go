@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
@@ -114,6 +115,9 @@ type Decision struct {
 	Deferred string
 	// Generation is the StatefulSet generation the decision was made for.
 	Generation int64
+	// UID is the metadata.uid of that StatefulSet, recorded in the status so
+	// that the document is never taken for another object's.
+	UID types.UID
 	// DesiredReplicas is spec.replicas (default 1).
 	DesiredReplicas int32
 	// Ordered is true for podManagementPolicy OrderedReady.
@@ -178,15 +182,21 @@ func Decide(in Input) *Decision {
 	sts := in.StatefulSet
 	d := &Decision{
 		Generation:      sts.Generation,
+		UID:             sts.UID,
 		DesiredReplicas: desiredReplicas(sts),
 		Ordered:         sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement,
 	}
-	// A status that cannot be parsed is treated as absent: it is ours to
-	// rewrite, and failing here would leave the StatefulSet unreconciled.
+	// A status that cannot be parsed, or that was written for another
+	// object, is treated as absent: it is ours to rewrite, and failing here
+	// would leave the StatefulSet unreconciled. "Another object" is decided
+	// by uid, not generation: a StatefulSet re-created from an exported
+	// manifest is at generation 1 like the one it replaces and carries its
+	// annotation, whose "finished at generation 1" would otherwise be kept
+	// (Status) before any PVC of the new template was resized.
 	d.previous, _ = status.FromStatefulSet(sts)
 	if d.previous != nil && d.previous.ObservedGeneration > sts.Generation {
-		// Written for a later generation than this object has: a copy from
-		// another object (an exported manifest re-applied), not our record.
+		// Same uid yet a later generation: cannot come from the apiserver;
+		// keep not trusting it.
 		d.previous = nil
 	}
 
@@ -620,7 +630,7 @@ func (td *TemplateDecision) Count() Count {
 // it keeps the finished generation from the previous document, if any.
 // Status must not be called on a Deferred decision.
 func (d *Decision) Status() status.VolumeClaimTemplates {
-	out := status.VolumeClaimTemplates{ObservedGeneration: d.Generation, Templates: []status.Template{}}
+	out := status.VolumeClaimTemplates{ObservedGeneration: d.Generation, UID: d.UID, Templates: []status.Template{}}
 	for i := range d.Templates {
 		td := &d.Templates[i]
 		c := td.Count()
@@ -628,8 +638,9 @@ func (d *Decision) Status() status.VolumeClaimTemplates {
 		if c.Ready == d.DesiredReplicas {
 			ts.FinishedReconciliationGeneration = d.Generation
 		} else if prev := d.previous.Template(td.Name); prev != nil && prev.FinishedReconciliationGeneration <= d.Generation {
-			// A later generation than ours would be a copy from another
-			// object (for example an exported manifest): do not trust it.
+			// d.previous is this object's own document (Decide dropped one
+			// with another uid); a finished generation later than ours is
+			// still not trusted.
 			ts.FinishedReconciliationGeneration = prev.FinishedReconciliationGeneration
 		}
 		ts.Message = failureMessage(td)

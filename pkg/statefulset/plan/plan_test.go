@@ -596,8 +596,9 @@ func TestStatusMessageIsBounded(t *testing.T) {
 func TestPreviousStatusIsOnlyTrustedForThisObject(t *testing.T) {
 	w := newWorld(1, parallel, "data=1Gi")
 	w.setTemplate("data", "2Gi") // generation 2
-	// A document copied from an object with a later generation.
-	value, _ := status.VolumeClaimTemplates{ObservedGeneration: 9, Templates: []status.Template{
+	// A document of this uid but a later generation than the object's (the
+	// uid check is TestCopiedStatusOfAReplacedObjectIsIgnored).
+	value, _ := status.VolumeClaimTemplates{ObservedGeneration: 9, UID: w.sts.UID, Templates: []status.Template{
 		{TemplateName: "data", ReadyReplicas: 1, FinishedReconciliationGeneration: 2},
 	}}.Encode()
 	w.sts.Annotations = map[string]string{status.Annotation: value}
@@ -608,6 +609,43 @@ func TestPreviousStatusIsOnlyTrustedForThisObject(t *testing.T) {
 	w.sts.Annotations[status.Annotation] = "{"
 	d = w.decide(t)
 	expectStatus(t, d, "data", 0, 0, 0)
+}
+
+// The orphan-recreate flow done from an exported manifest (kubectl get -o
+// yaml, edit the size, delete --cascade=orphan, apply): the new object is at
+// generation 1 like the old one and carries the old object's status
+// annotation, "finished at generation 1". That document describes another
+// object (another uid); trusted, it would report the new template finished
+// before any PVC was resized. A document without a uid is not trusted either.
+func TestCopiedStatusOfAReplacedObjectIsIgnored(t *testing.T) {
+	for name, copied := range map[string]string{
+		"old object's document": "",
+		"document without uid": `{"observedGeneration":1,"templates":[{"templateName":"data","readyReplicas":2,` +
+			`"finishedReconciliationGeneration":1,"infeasibleReplicas":0}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(2, parallel, "data=1Gi")
+			expectStatus(t, w.decide(t), "data", 2, 0, 1)
+			if copied == "" {
+				copied = w.sts.Annotations[status.Annotation]
+			}
+			// Re-created: new uid, generation 1, the old annotation copied.
+			w.sts.UID = "uid-2"
+			w.sts.Generation, w.sts.Status.ObservedGeneration = 1, 1
+			w.sts.Annotations = map[string]string{status.Annotation: copied}
+			w.sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage] = resourceMust("2Gi")
+			d := w.decide(t)
+			expect(t, "patches", patches(d), []string{"data-web-0:1Gi->2Gi", "data-web-1:1Gi->2Gi"})
+			expectStatus(t, d, "data", 0, 0, 0)
+			if st := d.Status(); st.UID != "uid-2" {
+				t.Errorf("status written for uid %q, want the new object's uid-2", st.UID)
+			}
+			// From then on the document is the new object's own.
+			w.apply(d)
+			w.finishResize("data-web-0", "data-web-1")
+			expectStatus(t, w.decide(t), "data", 2, 0, 1)
+		})
+	}
 }
 
 func TestInvalidSelectorIsDeferred(t *testing.T) {

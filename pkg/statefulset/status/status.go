@@ -4,14 +4,16 @@
 // CI/CD job polls (events are best effort), so its shape is part of the
 // product: {"observedGeneration":N,"templates":[{"templateName",
 // "readyReplicas","finishedReconciliationGeneration","infeasibleReplicas",
-// "message"}]}.
+// "message"}]} plus "uid", the metadata.uid of the StatefulSet it describes.
 package status
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Annotation is the StatefulSet annotation that carries the JSON encoded
@@ -24,6 +26,13 @@ type VolumeClaimTemplates struct {
 	// ObservedGeneration is the StatefulSet metadata.generation the controller
 	// evaluated when it wrote this document.
 	ObservedGeneration int64 `json:"observedGeneration"`
+	// UID is the metadata.uid of the StatefulSet the document was written
+	// for. Annotations travel with manifests: a StatefulSet re-created from
+	// `kubectl get -o yaml` (delete --cascade=orphan, edit, apply) is at
+	// generation 1 like the old one and carries its document, which a
+	// generation check alone would take for this object's ("finished at
+	// generation 1") before any PVC was resized. The UID tells them apart.
+	UID types.UID `json:"uid,omitempty"`
 	// Templates has one entry per spec.volumeClaimTemplates entry, in spec order.
 	Templates []Template `json:"templates"`
 }
@@ -61,14 +70,28 @@ func Parse(value string) (*VolumeClaimTemplates, error) {
 	return &s, nil
 }
 
+// ErrOtherObject is wrapped by the error of FromStatefulSet when the stored
+// document was written for another object than the StatefulSet it is on.
+var ErrOtherObject = errors.New("written for another object")
+
 // FromStatefulSet returns the status stored on sts, nil when the annotation is
-// absent, and an error when it is present but cannot be decoded.
+// absent, and an error when it is present but cannot be decoded or was not
+// written for this object (its uid differs from sts's, or is missing: see
+// VolumeClaimTemplates.UID); that error wraps ErrOtherObject. Either way the
+// document must be treated as absent: it says nothing about sts.
 func FromStatefulSet(sts *appsv1.StatefulSet) (*VolumeClaimTemplates, error) {
 	value, ok := sts.Annotations[Annotation]
 	if !ok {
 		return nil, nil
 	}
-	return Parse(value)
+	s, err := Parse(value)
+	if err != nil {
+		return nil, err
+	}
+	if s.UID != sts.UID {
+		return nil, fmt.Errorf("%s annotation %w (uid %q, this StatefulSet has uid %q)", Annotation, ErrOtherObject, s.UID, sts.UID)
+	}
+	return s, nil
 }
 
 // Encode returns the annotation value. Templates is always encoded as an array
@@ -90,7 +113,7 @@ func (s *VolumeClaimTemplates) Equal(other *VolumeClaimTemplates) bool {
 	if s == nil || other == nil {
 		return s == other
 	}
-	if s.ObservedGeneration != other.ObservedGeneration || len(s.Templates) != len(other.Templates) {
+	if s.ObservedGeneration != other.ObservedGeneration || s.UID != other.UID || len(s.Templates) != len(other.Templates) {
 		return false
 	}
 	for i := range s.Templates {

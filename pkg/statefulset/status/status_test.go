@@ -2,6 +2,7 @@ package status
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,7 +14,7 @@ import (
 func TestRoundTrip(t *testing.T) {
 	cases := map[string]VolumeClaimTemplates{
 		"no templates": {ObservedGeneration: 1, Templates: []Template{}},
-		"in progress and finished": {ObservedGeneration: 3, Templates: []Template{
+		"in progress and finished": {ObservedGeneration: 3, UID: "u-1", Templates: []Template{
 			{TemplateName: "vol1", ReadyReplicas: 1, FinishedReconciliationGeneration: 2},
 			{TemplateName: "vol2", ReadyReplicas: 3, FinishedReconciliationGeneration: 3},
 		}},
@@ -48,14 +49,14 @@ func TestRoundTrip(t *testing.T) {
 
 // TestWireFormat pins the JSON field names, which scripts and `wait` rely on.
 func TestWireFormat(t *testing.T) {
-	value, err := VolumeClaimTemplates{ObservedGeneration: 4, Templates: []Template{{
+	value, err := VolumeClaimTemplates{ObservedGeneration: 4, UID: "u-1", Templates: []Template{{
 		TemplateName: "data", ReadyReplicas: 2, FinishedReconciliationGeneration: 4,
 		InfeasibleReplicas: 1, Message: "m",
 	}}}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"observedGeneration":4,"templates":[{"templateName":"data","readyReplicas":2,` +
+	want := `{"observedGeneration":4,"uid":"u-1","templates":[{"templateName":"data","readyReplicas":2,` +
 		`"finishedReconciliationGeneration":4,"infeasibleReplicas":1,"message":"m"}]}`
 	if value != want {
 		t.Errorf("got  %s\nwant %s", value, want)
@@ -93,8 +94,32 @@ func TestFromStatefulSet(t *testing.T) {
 		t.Errorf("got %+v, %v", s, err)
 	}
 	sts.Annotations[Annotation] = "garbage"
-	if _, err := FromStatefulSet(sts); err == nil {
-		t.Error("garbage annotation: want an error")
+	if _, err := FromStatefulSet(sts); err == nil || errors.Is(err, ErrOtherObject) {
+		t.Errorf("garbage annotation: got %v, want a decoding error", err)
+	}
+}
+
+// A document describes the object whose uid it records: one copied onto a
+// re-created StatefulSet (an exported manifest re-applied), or written
+// without a uid, is not this object's and is reported as such.
+func TestFromStatefulSetChecksUID(t *testing.T) {
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{UID: "new", Annotations: map[string]string{}}}
+	for name, tc := range map[string]struct {
+		value string
+		ours  bool
+	}{
+		"same object":       {`{"observedGeneration":1,"uid":"new","templates":[]}`, true},
+		"re-created object": {`{"observedGeneration":1,"uid":"old","templates":[]}`, false},
+		"no uid":            {`{"observedGeneration":1,"templates":[]}`, false},
+	} {
+		sts.Annotations[Annotation] = tc.value
+		s, err := FromStatefulSet(sts)
+		if tc.ours && (err != nil || s == nil || s.UID != "new") {
+			t.Errorf("%s: got %+v, %v; want the document", name, s, err)
+		}
+		if !tc.ours && (s != nil || !errors.Is(err, ErrOtherObject)) {
+			t.Errorf("%s: got %+v, %v; want nil and ErrOtherObject", name, s, err)
+		}
 	}
 }
 
@@ -103,6 +128,9 @@ func TestEqualAndTemplate(t *testing.T) {
 	b := &VolumeClaimTemplates{ObservedGeneration: 1, Templates: []Template{{TemplateName: "a", ReadyReplicas: 2}}}
 	if a.Equal(b) {
 		t.Error("different readyReplicas compare equal")
+	}
+	if c := (&VolumeClaimTemplates{ObservedGeneration: 1, UID: "x", Templates: a.Templates}); a.Equal(c) {
+		t.Error("documents of different objects compare equal")
 	}
 	var none *VolumeClaimTemplates
 	if !none.Equal(nil) || none.Equal(a) || a.Equal(nil) {

@@ -52,12 +52,18 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 	progress := func(format string, args ...any) Verdict {
 		return Verdict{Message: fmt.Sprintf(format, args...)}
 	}
+	if len(sts.Spec.VolumeClaimTemplates) == 0 {
+		// Nothing to resize, whatever an annotation (perhaps copied from another object) says.
+		return Verdict{Done: true, Outcome: Finished, Message: "the StatefulSet has no volume claim templates"}
+	}
 	st, err := status.FromStatefulSet(sts)
 	switch {
+	case errors.Is(err, status.ErrOtherObject):
+		// A re-created StatefulSet carrying its predecessor's annotation: nothing is known
+		// about this object until statefulset-resizer rewrites it.
+		return progress("no status for this StatefulSet yet: %v (is statefulset-resizer running?)", err)
 	case err != nil:
 		return progress("status annotation cannot be read yet: %v", err)
-	case st == nil && len(sts.Spec.VolumeClaimTemplates) == 0:
-		return Verdict{Done: true, Outcome: Finished, Message: "the StatefulSet has no volume claim templates"}
 	case st == nil:
 		return progress("no %s annotation yet (is statefulset-resizer running?)", status.Annotation)
 	case st.ObservedGeneration != sts.Generation:

@@ -70,6 +70,26 @@ func TestEvaluate(t *testing.T) {
 			}
 		})
 	}
+	// The orphan-recreate flow from an exported manifest: the new object
+	// (another uid, generation 1 like the old one) carries the old object's
+	// "finished at generation 1". That is not this object's resize finishing.
+	for name, value := range map[string]string{
+		"another object's status":     `{"observedGeneration":1,"uid":"old","templates":[{"templateName":"data","readyReplicas":3,"finishedReconciliationGeneration":1,"infeasibleReplicas":0}]}`,
+		"status without uid":          `{"observedGeneration":1,"templates":[{"templateName":"data","readyReplicas":3,"finishedReconciliationGeneration":1,"infeasibleReplicas":0}]}`,
+		"another object's infeasible": `{"observedGeneration":1,"uid":"old","templates":[{"templateName":"data","readyReplicas":0,"infeasibleReplicas":1,"message":"m"}]}`,
+	} {
+		copied := sts(1, nil, "data")
+		copied.UID = "new"
+		copied.Annotations = map[string]string{status.Annotation: value}
+		if v := Evaluate(copied); v.Done || !strings.Contains(v.Message, "another object") {
+			t.Errorf("%s: got %+v, want not done, the status being another object's", name, v)
+		}
+		// Without templates there is nothing to wait for, whatever the annotation.
+		copied.Spec.VolumeClaimTemplates = nil
+		if v := Evaluate(copied); !v.Done || v.Outcome != Finished {
+			t.Errorf("%s, no templates: got %+v, want finished", name, v)
+		}
+	}
 	garbage := sts(1, nil, "data")
 	garbage.Annotations = map[string]string{status.Annotation: "{"}
 	if v := Evaluate(garbage); v.Done {
