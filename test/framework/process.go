@@ -221,6 +221,15 @@ func (p *Process) Kill() error {
 	return nil
 }
 
+// Freeze sends SIGSTOP to the process group: the process stays alive (its connections stay
+// open, its lease is not released) but does nothing until it is killed, like a hung node. A
+// test uses it to make sure work stays undone before a Kill. SIGKILL still ends a frozen
+// process; nothing in the framework resumes it.
+func (p *Process) Freeze() error {
+	_, err := p.signal(syscall.SIGSTOP)
+	return err
+}
+
 // Stop sends SIGTERM and waits for the exit; after stopGracePeriod it
 // kills the group and returns an error saying the process ignored SIGTERM.
 func (p *Process) Stop() error {
