@@ -48,8 +48,13 @@ var ErrNoExpansion = errors.New("no expansion capability")
 // Connect dials the driver's socket. It fails when no connection is made within timeout, and
 // exits the process when an established connection is lost: the driver restarted and may have
 // lost its own state, and the cached capabilities may be stale (the same policy as upstream).
+//
+// csi-lib-utils logs "Still connecting" every 10s while it waits; that progress is moved to -v=2
+// (its errors are not affected), so that at the default verbosity a driver that never comes up
+// costs exactly one line on stderr, the error below, whatever --timeout is.
 func Connect(ctx context.Context, address string, timeout time.Duration, mm csimetrics.CSIMetricsManager) (*grpc.ClientConn, error) {
-	conn, err := connection.Connect(ctx, address, mm,
+	dialCtx := klog.NewContext(ctx, klog.FromContext(ctx).V(2))
+	conn, err := connection.Connect(dialCtx, address, mm,
 		connection.WithTimeout(timeout),
 		connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
 	if err != nil {

@@ -166,6 +166,9 @@ func TestBinaryInvalidInput(t *testing.T) {
 		{"both endpoints", []string{"--http-endpoint=:0", "--metrics-address=:0"}, []string{"--http-endpoint", "--metrics-address"}},
 		{"retry start above max", []string{"--retry-interval-start=10m", "--retry-interval-max=1m"}, []string{"--retry-interval-start"}},
 		{"missing socket", []string{"--csi-address=" + missing, "--timeout=1s"}, []string{"--csi-address", missing, "--timeout"}},
+		// Past csi-lib-utils' 10s "Still connecting" interval: the progress line must not reach
+		// stderr at the default verbosity.
+		{"missing socket, longer than the progress interval", []string{"--csi-address=" + missing, "--timeout=11s"}, []string{"--csi-address", missing, "--timeout 11s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

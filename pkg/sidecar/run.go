@@ -78,7 +78,8 @@ func Main(args []string, version string) int {
 	defer stop()
 	logger := klog.FromContext(ctx)
 	opts.WarnIgnored(logger)
-	// Nothing is logged before the driver answers, so a start-up failure is the one line below.
+	// Nothing is logged at the default verbosity before the driver answers (csi.Connect moves
+	// csi-lib-utils' connection progress to -v=2), so a start-up failure is the one line below.
 	if err := run(ctx, opts, version); err != nil {
 		fmt.Fprintf(os.Stderr, "csi-resizer: %v\n", err)
 		klog.Flush()
