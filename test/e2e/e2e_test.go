@@ -261,9 +261,9 @@ func TestAPIServerRestartDuringResize(t *testing.T) {
 	rv := e.PVC(t, "data").ResourceVersion
 	e.SetRequest(t, "data", "3Gi")
 	waitThrough(t, e, "data", rv, v1.PersistentVolumeClaimControllerResizeInProgress)
-	e.Cluster.StopAPIServer(t)
+	e.StopAPIServer(t)
 	stopped := time.Now()
-	e.Cluster.StartAPIServer(t)
+	e.StartAPIServer(t)
 	waitExpanded(t, e, "data", "3Gi")
 
 	if !e.Driver.IsMock() {

@@ -63,6 +63,7 @@ type Env struct {
 	Kubeconfig string
 	Resizer    *framework.Process
 	opts       Options
+	restarts   apiserverRestarts
 }
 
 // Start brings up a control plane, the driver (the mock, or the one named by E2E_DRIVER_*),
@@ -137,29 +138,8 @@ func (e *Env) StartResizer(t testing.TB, args ...string) *framework.Process {
 	all = append(all, args...)
 	p := framework.StartResizer(t, e.Cluster, e.Kubeconfig, e.Driver, all...)
 	p.WaitHTTP(t, "/metrics", 90*time.Second)
-	FailOnForbidden(t, p)
+	e.failOnForbidden(t, p)
 	return p
-}
-
-// FailOnForbidden fails the test when it ends if p's log has a line saying the apiserver
-// refused the process something ("forbidden"): a component run with the shipped RBAC must never
-// be refused, so such a line means the RBAC lacks a permission. It reads the whole log, across
-// restarts of p. (A test that provokes a forbidden answer on purpose, e.g. with a
-// ResourceQuota, must not use it.)
-func FailOnForbidden(t testing.TB, p *framework.Process) {
-	t.Helper()
-	t.Cleanup(func() {
-		var denied []string
-		for _, line := range strings.Split(p.Log(), "\n") {
-			if strings.Contains(line, "forbidden") {
-				denied = append(denied, line)
-			}
-		}
-		if len(denied) > 0 {
-			t.Errorf("%s was refused by the apiserver (the shipped RBAC lacks a permission?):\n%s",
-				p.Name, strings.Join(denied, "\n"))
-		}
-	})
 }
 
 // NewClaim creates a volume of size on the driver and a bound PVC/PV pair for it.

@@ -95,7 +95,7 @@ func (e *Env) StartStatefulSetResizer(t testing.TB, kubeconfig string, args ...s
 	p.HTTPAddr = addr
 	p.Start(t)
 	p.WaitHTTP(t, "/healthz", 90*time.Second)
-	FailOnForbidden(t, p)
+	e.failOnForbidden(t, p)
 	return p
 }
 
