@@ -34,10 +34,10 @@ verify: ## gofmt, go vet (all build tags), go mod tidy + vendor leave no diff, g
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
-	@tmp=$$(mktemp -d); cp go.mod go.sum $$tmp/; \
-	  GOFLAGS=-mod=mod $(GO) mod tidy && GOFLAGS=-mod=mod $(GO) mod vendor; \
+	@# Run in place on purpose: when they change something, the change is left for review and commit.
+	@GOFLAGS=-mod=mod $(GO) mod tidy && GOFLAGS=-mod=mod $(GO) mod vendor; \
 	  if ! git diff --quiet -- go.mod go.sum vendor || [ -n "$$(git status --porcelain -- vendor)" ]; then \
-	    echo "go mod tidy / go mod vendor changed go.mod, go.sum or vendor/: run them and commit"; git status --short -- go.mod go.sum vendor | head; exit 1; fi
+	    echo "go mod tidy / go mod vendor changed go.mod, go.sum or vendor/ (left in the tree): review and commit them"; git status --short -- go.mod go.sum vendor | head; exit 1; fi
 	@$(MAKE) --no-print-directory vulncheck
 
 vulncheck: ## govulncheck, when its database is reachable from this machine
