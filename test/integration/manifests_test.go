@@ -7,12 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/csi-resizer/csi-resizer/test/framework"
+	"github.com/csi-resizer/csi-resizer/test/scenario"
 )
 
 // manifestRender is one render of deploy/kubernetes: a kustomization of the repository, or a
@@ -324,4 +330,132 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestMissingRBACRuleIsReported proves the safety net behind scenario 10: the tests run the
+// resizer with the shipped RBAC, and FailOnForbidden fails a test whose resizer the apiserver
+// refused something. Here the shipped ClusterRole loses one rule, the patch of
+// persistentvolumeclaims/status: the resize must not happen (the target is recorded in the
+// status before the driver is called, so the driver never hears of it), the refusal must be
+// in the resizer's log, and FailOnForbidden, run against a stand-in for the test, must report
+// it. With the rule back the same resizer finishes the resize, so the rule was all it lacked.
+// The resizer runs without FailOnForbidden on the real test, which would fail on the refusal
+// provoked here on purpose.
+func TestMissingRBACRuleIsReported(t *testing.T) {
+	e := startMock(t, scenario.Options{NoResizer: true})
+	_, pv := e.NewClaim(t, "data", "1Gi")
+
+	// The ClusterRole scenario.Start applied from deploy/kubernetes/rbac, minus one rule.
+	roles := e.Client.RbacV1().ClusterRoles()
+	shipped, err := roles.Get(e.Ctx, "csi-resizer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crippled := shipped.DeepCopy()
+	crippled.Rules = nil
+	for _, r := range shipped.Rules {
+		if !slices.Contains(r.Resources, "persistentvolumeclaims/status") {
+			crippled.Rules = append(crippled.Rules, r)
+		}
+	}
+	if removed := len(shipped.Rules) - len(crippled.Rules); removed != 1 {
+		t.Fatalf("the shipped ClusterRole has %d rules for persistentvolumeclaims/status, want 1: %+v", removed, shipped.Rules)
+	}
+	if _, err := roles.Update(e.Ctx, crippled, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The authorizer reads roles from its own informer: wait until it has seen the change, or
+	// the resizer's first patch could still be let through.
+	waitStatusPatchAllowed(t, e, false)
+
+	p := framework.StartResizer(t, e.Cluster, e.Kubeconfig, e.Driver, "--retry-interval-start=200ms", "--retry-interval-max=1s")
+	p.WaitHTTP(t, "/metrics", 90*time.Second)
+	e.SetRequest(t, "data", "2Gi")
+	framework.Eventually(t, resizeTimeout, func() (bool, string) {
+		return refusedStatusPatch(p.Log()), "the resizer has not logged the refused status patch yet"
+	})
+	// Several attempts (200ms..1s backoff) fit in this window; none gets anywhere.
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		pvc := e.PVC(t, "data")
+		_, capacity, alloc := scenario.Storage(pvc)
+		pvCap := e.PV(t, pv.Name).Spec.Capacity[corev1.ResourceStorage]
+		calls := len(e.Driver.Calls(t, "ControllerExpandVolume"))
+		return scenario.State(pvc) == "" && alloc.IsZero() && scenario.Is(capacity, "1Gi") && scenario.Is(pvCap, "1Gi") && calls == 0,
+			fmt.Sprintf("want the resize not started: no state, no allocated size, 1Gi, PV 1Gi (%s), no driver call (%d); PVC: %s",
+				pvCap.String(), calls, scenario.Describe(pvc))
+	})
+
+	// The detector the other tests rely on, on a stand-in that records instead of failing.
+	rec := &recordingTB{TB: t}
+	scenario.FailOnForbidden(rec, p)
+	rec.runCleanups()
+	if len(rec.errors) != 1 || !refusedStatusPatch(rec.errors[0]) {
+		t.Errorf("FailOnForbidden reported %q, want one error quoting the refused status patch", rec.errors)
+	}
+
+	restored, err := roles.Get(e.Ctx, "csi-resizer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored.Rules = shipped.Rules
+	if _, err := roles.Update(e.Ctx, restored, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatusPatchAllowed(t, e, true)
+	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
+}
+
+// refusedStatusPatch reports whether s quotes the apiserver refusing a patch of
+// persistentvolumeclaims/status ("... is forbidden: User ... cannot patch resource
+// "persistentvolumeclaims/status" ..."; klog escapes the quotes, so they are not matched).
+func refusedStatusPatch(s string) bool {
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, "forbidden") && strings.Contains(line, "cannot patch resource") && strings.Contains(line, "persistentvolumeclaims/status") {
+			return true
+		}
+	}
+	return false
+}
+
+// waitStatusPatchAllowed waits until the authorizer answers allowed to "may the csi-resizer
+// ServiceAccount patch persistentvolumeclaims/status in the env's namespace".
+func waitStatusPatchAllowed(t *testing.T, e *scenario.Env, allowed bool) {
+	t.Helper()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   "system:serviceaccount:" + e.Namespace + ":csi-resizer",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + e.Namespace, "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: e.Namespace, Verb: "patch", Resource: "persistentvolumeclaims", Subresource: "status",
+		},
+	}}
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		got, err := e.Client.AuthorizationV1().SubjectAccessReviews().Create(e.Ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Allowed == allowed, fmt.Sprintf("status patch allowed: %v, want %v (%s)", got.Status.Allowed, allowed, got.Status.Reason)
+	})
+}
+
+// recordingTB stands in for the test where a check must be seen failing: it keeps the
+// cleanups and errors registered on it, and passes everything else to the real test.
+type recordingTB struct {
+	testing.TB
+	cleanups []func()
+	errors   []string
+}
+
+func (r *recordingTB) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+func (r *recordingTB) Error(args ...any) { r.errors = append(r.errors, fmt.Sprint(args...)) }
+
+// runCleanups runs the registered cleanups, last first, as testing does.
+func (r *recordingTB) runCleanups() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
 }

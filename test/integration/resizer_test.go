@@ -3,6 +3,8 @@
 package integration
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,14 +66,30 @@ func TestNodeExpansionRequired(t *testing.T) {
 	if got := gotPV.Annotations["volume.alpha.kubernetes.io/pre-resize-capacity"]; got != "1Gi" {
 		t.Errorf("pre-resize-capacity annotation = %q, want 1Gi (AnnotateFsResize)", got)
 	}
+	// The event is sent after the status write that hands over to the node: from here on the
+	// PVC is the kubelet's. The resizer leaves it alone: no second driver call, and no write at
+	// all (the resourceVersion stays; a patch that changes nothing would keep it too, and is
+	// harmless), while the node has not answered yet.
 	e.WaitEvent(t, "data", "FileSystemResizeRequired", 30*time.Second)
+	handedOver := e.PVC(t, "data")
+	untouched(t, e, "after the hand-over to the node", handedOver.ResourceVersion, 1)
 
 	e.FinishNodeExpansion(t, "data")
-	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
-	// The resizer must not touch a PVC the node finished: no second driver call, ever.
+	finished := e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
+	// Nor does it touch a PVC the node finished: the kubelet's write is the last one.
+	untouched(t, e, "after the node finished", finished.ResourceVersion, 1)
+}
+
+// untouched checks for 3 seconds that the PVC "data" keeps resourceVersion rv (nobody writes
+// it; these tests run no kubelet or controller-manager, so that means the resizer does not)
+// and that the driver has had exactly calls ControllerExpandVolume calls.
+func untouched(t *testing.T, e *scenario.Env, when, rv string, calls int) {
+	t.Helper()
 	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		pvc := e.PVC(t, "data")
 		n := len(e.Driver.Calls(t, "ControllerExpandVolume"))
-		return n == 1, "ControllerExpandVolume calls: want 1"
+		return pvc.ResourceVersion == rv && n == calls, fmt.Sprintf("%s: resourceVersion %s (want %s), %d ControllerExpandVolume calls (want %d); PVC: %s",
+			when, pvc.ResourceVersion, rv, n, calls, scenario.Describe(pvc))
 	})
 }
 
@@ -115,17 +133,28 @@ func TestUncertainErrorKeepsAllocatedSize(t *testing.T) {
 // answers; a restarted resizer finishes the old target, never the lower request.
 func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
 	e := startMock(t, scenario.Options{ResizerArgs: []string{"--timeout=60s"}})
-	e.NewClaim(t, "data", "1Gi")
-	// The driver takes its time: the resizer is killed while waiting for it.
-	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Delay: 30 * time.Second, Times: 1}})
+	_, pv := e.NewClaim(t, "data", "1Gi")
+	vol := pv.Spec.CSI.VolumeHandle
+	// The driver holds the first call past the kill: the resizer dies mid-call, and the call
+	// completes behind it in the driver, as a real backend's would.
+	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", VolumeID: vol, Delay: 15 * time.Second, Times: 1}})
 	e.SetRequest(t, "data", "10Gi")
 	e.WaitClaim(t, "data", resizeTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
 		_, _, alloc := scenario.Storage(pvc)
 		return scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInProgress && scenario.Is(alloc, "10Gi"),
 			"want ControllerResizeInProgress at 10Gi"
 	})
+	// The state is written just before the call: wait for the resizer's word that it is
+	// calling, so the kill hits the call and not the moment before it.
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		return loggedCall(e.Resizer, vol), "the resizer has not logged its ControllerExpandVolume call for " + vol
+	})
+	killed := time.Now()
 	if err := e.Resizer.Kill(); err != nil {
 		t.Fatal(err)
+	}
+	if pvc := e.PVC(t, "data"); scenario.Is(pvc.Status.Capacity[v1.ResourceStorage], "10Gi") {
+		t.Fatalf("the expansion finished before the resizer died, nothing was left uncertain: %s", scenario.Describe(pvc))
 	}
 	e.SetRequest(t, "data", "3Gi")
 	e.Driver.ClearFaults(t)
@@ -135,11 +164,76 @@ func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
 	if _, _, alloc := scenario.Storage(pvc); !scenario.Is(alloc, "10Gi") {
 		t.Errorf("allocatedResources = %s, want 10Gi", alloc.String())
 	}
-	for _, c := range e.Driver.Calls(t, "ControllerExpandVolume") {
-		if c.RequiredBytes == bytesOf("3Gi") {
-			t.Errorf("the driver was asked for the lower 3Gi at %s: the uncertain 10Gi expansion was abandoned", c.Time)
+	// The killed resizer really was mid-call: its call started before the kill and the driver
+	// answered after it (the mock logs a call when it answers, so wait out the delay).
+	framework.Eventually(t, 60*time.Second, func() (bool, string) {
+		calls := volumeCalls(t, e, vol)
+		for _, c := range calls {
+			if c.Time.Before(killed) && callEnd(c).After(killed) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no call for %s spans the SIGKILL at %s: %s", vol, killed.Format(time.StampMicro), describeCalls(calls))
+	})
+	calls := volumeCalls(t, e, vol)
+	restarted := false
+	for _, c := range calls {
+		restarted = restarted || c.Time.After(killed)
+		// Before and after the crash, with the request lowered meanwhile: the driver is only
+		// ever asked for the target recorded before the crash.
+		if c.RequiredBytes != bytesOf("10Gi") {
+			t.Errorf("the driver was asked for %d bytes at %s; every call must ask for the recorded 10Gi target (%d)",
+				c.RequiredBytes, c.Time.Format(time.StampMicro), bytesOf("10Gi"))
 		}
 	}
+	if !restarted {
+		t.Errorf("the restarted resizer made no ControllerExpandVolume call: %s", describeCalls(calls))
+	}
+}
+
+// loggedCall reports whether the resizer's log (across restarts) says it is calling
+// ControllerExpandVolume for volume vol.
+func loggedCall(p *framework.Process, vol string) bool {
+	for _, line := range strings.Split(p.Log(), "\n") {
+		if strings.Contains(line, "Calling ControllerExpandVolume") && strings.Contains(line, vol) {
+			return true
+		}
+	}
+	return false
+}
+
+// volumeCalls is the driver's ControllerExpandVolume calls for volume vol, oldest first.
+func volumeCalls(t *testing.T, e *scenario.Env, vol string) []framework.Call {
+	t.Helper()
+	var out []framework.Call
+	for _, c := range e.Driver.Calls(t, "ControllerExpandVolume") {
+		if c.VolumeID == vol {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// eventsText renders events as "reason xcount: message".
+func eventsText(evs []v1.Event) string {
+	var out []string
+	for _, ev := range evs {
+		out = append(out, fmt.Sprintf("%s x%d: %s", ev.Reason, ev.Count, ev.Message))
+	}
+	return "[" + strings.Join(out, " | ") + "]"
+}
+
+// callEnd is when the driver answered a call.
+func callEnd(c framework.Call) time.Time {
+	return c.Time.Add(time.Duration(c.DurationMs * float64(time.Millisecond)))
+}
+
+func describeCalls(calls []framework.Call) string {
+	var parts []string
+	for _, c := range calls {
+		parts = append(parts, fmt.Sprintf("%s..%s %s %dB", c.Time.Format(time.StampMicro), callEnd(c).Format(time.StampMicro), c.CodeName, c.RequiredBytes))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // Scenario 6, KEP-1790 Case 2: a node-only driver gets no ControllerExpandVolume call.
@@ -177,33 +271,102 @@ func TestNodeOnlyDriver(t *testing.T) {
 	}
 }
 
-// Scenario 9: an offline-only driver and a pod using the volume: no retry storm; the expansion
-// happens once the pod is gone.
+// Scenario 9, with a driver that declares offline-only expansion (PluginCapability
+// VolumeExpansion OFFLINE): the resizer checks for pods before it calls, so while a pod uses the
+// volume the driver gets no call at all, and there is nothing to retry; the expansion happens
+// once the pod is gone. (TestFailedPreconditionWaitsForPod covers a driver that does not say so
+// and answers FAILED_PRECONDITION instead.)
 func TestOfflineExpansionWaitsForPod(t *testing.T) {
 	e := startMock(t, scenario.Options{
 		Mock:        framework.MockDriverOptions{OfflineExpansion: true},
 		ResizerArgs: []string{"--retry-interval-start=200ms", "--retry-interval-max=1s"},
 	})
 	_, pv := e.NewClaim(t, "data", "1Gi")
+	vol := pv.Spec.CSI.VolumeHandle
 	framework.CreatePodWithClaim(t, e.Ctx, e.Client, e.Namespace, "app", "data")
-	if err := e.Driver.PublishVolume(e.Ctx, pv.Spec.CSI.VolumeHandle); err != nil {
+	// Attached, as the external-attacher would have it for the pod: the mock then refuses an
+	// expansion, so a call that slipped past the in-use check would not succeed either.
+	if err := e.Driver.PublishVolume(e.Ctx, vol); err != nil {
 		t.Fatal(err)
 	}
 	e.SetRequest(t, "data", "2Gi")
-	e.WaitEvent(t, "data", "VolumeResizeFailed", resizeTimeout)
-	// With a 200ms..1s backoff a retry storm would make several calls in this window.
+	ev := e.WaitEvent(t, "data", "VolumeResizeFailed", resizeTimeout)
+	if !strings.Contains(ev.Message, "no pod uses") {
+		t.Errorf("VolumeResizeFailed event %q, want the in-use wait (\"... no pod uses ...\")", ev.Message)
+	}
+	// With a 200ms..1s backoff a retry loop would make several calls in this window.
 	framework.Consistently(t, 5*time.Second, func() (bool, string) {
-		n := len(e.Driver.Calls(t, "ControllerExpandVolume"))
-		return n <= 1, "ControllerExpandVolume calls while the pod uses the volume: want at most 1"
+		calls := volumeCalls(t, e, vol)
+		return len(calls) == 0, "ControllerExpandVolume calls while the pod uses the volume, want none (the in-use check comes first): " + describeCalls(calls)
 	})
 
-	if err := e.Driver.UnpublishVolume(e.Ctx, pv.Spec.CSI.VolumeHandle); err != nil {
+	if err := e.Driver.UnpublishVolume(e.Ctx, vol); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Client.CoreV1().Pods(e.Namespace).Delete(e.Ctx, "app", *metav1.NewDeleteOptions(0)); err != nil {
-		t.Fatal(err)
-	}
+	framework.DeletePod(t, e.Ctx, e.Client, e.Namespace, "app")
 	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
+	if calls := volumeCalls(t, e, vol); len(calls) != 1 || calls[0].Code != codes.OK || calls[0].RequiredBytes != bytesOf("2Gi") {
+		t.Errorf("ControllerExpandVolume calls %s, want exactly one, OK, for 2Gi, once the pod was gone", describeCalls(calls))
+	}
+}
+
+// Scenario 9, with a driver that does not declare offline-only expansion (the mock advertises
+// ONLINE) but answers FAILED_PRECONDITION while a pod uses the volume: the resizer takes that
+// one answer as "in use", waits for the pod without retrying (no retry storm), and calls again
+// once the pod is gone. The mock answers FAILED_PRECONDITION by itself only when it also
+// advertises OFFLINE (then the resizer never calls, TestOfflineExpansionWaitsForPod), so here
+// the answer is injected for as long as the pod runs.
+func TestFailedPreconditionWaitsForPod(t *testing.T) {
+	e := startMock(t, scenario.Options{ResizerArgs: []string{"--retry-interval-start=200ms", "--retry-interval-max=1s"}})
+	_, pv := e.NewClaim(t, "data", "1Gi")
+	vol := pv.Spec.CSI.VolumeHandle
+	framework.CreatePodWithClaim(t, e.Ctx, e.Client, e.Namespace, "app", "data")
+	// Every call while the pod runs fails, so each retry would show in the calls log.
+	const refusal = "volume is published and online volume expansion is not supported"
+	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", VolumeID: vol, Code: codes.FailedPrecondition, Message: refusal}})
+	e.SetRequest(t, "data", "2Gi")
+
+	framework.Eventually(t, resizeTimeout, func() (bool, string) {
+		return len(volumeCalls(t, e, vol)) > 0, "no ControllerExpandVolume call yet"
+	})
+	e.WaitClaim(t, "data", 30*time.Second, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		_, _, alloc := scenario.Storage(pvc)
+		c := scenario.Condition(pvc, v1.PersistentVolumeClaimControllerResizeError)
+		// FAILED_PRECONDITION is final, not infeasible: the target stays, in progress.
+		return scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInProgress && scenario.Is(alloc, "2Gi") &&
+				c != nil && c.Reason == "FailedPrecondition" && c.Message == refusal,
+			"want ControllerResizeInProgress at 2Gi with a FailedPrecondition ControllerResizeError condition"
+	})
+	ev := e.WaitEvent(t, "data", "VolumeResizeFailed", 30*time.Second)
+	if !strings.Contains(ev.Message, "FailedPrecondition") || !strings.Contains(ev.Message, refusal) {
+		t.Errorf("VolumeResizeFailed event %q, want the driver's FailedPrecondition answer", ev.Message)
+	}
+	// With a 200ms..1s backoff a retry storm would make several calls in this window, and
+	// repeat the warning. (The resizer does not look at the PVC again while it waits: the echo
+	// of its own status write is ignored, and the pod watcher wakes it when the pod goes.)
+	framework.Consistently(t, 5*time.Second, func() (bool, string) {
+		calls := volumeCalls(t, e, vol)
+		evs := e.Events(t, "data", "VolumeResizeFailed")
+		return len(calls) == 1 && len(evs) == 1 && evs[0].Count == 1, fmt.Sprintf("want exactly the one refused ControllerExpandVolume call and its one warning while the pod uses the volume: calls %s, events %s",
+			describeCalls(calls), eventsText(evs))
+	})
+	if c := volumeCalls(t, e, vol)[0]; c.Code != codes.FailedPrecondition || c.RequiredBytes != bytesOf("2Gi") {
+		t.Errorf("first call %s, want FAILED_PRECONDITION for 2Gi", describeCalls([]framework.Call{c}))
+	}
+
+	// The pod goes, and with it the attachment: the driver accepts from now on. The fault goes
+	// first, so the call that follows the pod's deletion is answered as the driver then would.
+	e.Driver.ClearFaults(t)
+	released := time.Now()
+	framework.DeletePod(t, e.Ctx, e.Client, e.Namespace, "app")
+	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
+	calls := volumeCalls(t, e, vol)
+	if len(calls) != 2 {
+		t.Fatalf("ControllerExpandVolume calls %s, want 2: the refused one and one after the pod was gone", describeCalls(calls))
+	}
+	if c := calls[1]; c.Code != codes.OK || c.RequiredBytes != bytesOf("2Gi") || c.Time.Before(released) {
+		t.Errorf("second call %s, want OK for 2Gi after the pod's deletion at %s", describeCalls(calls[1:]), released.Format(time.StampMicro))
+	}
 }
 
 // Slow retry of an infeasible PVC on the real apiserver: the second call comes a full

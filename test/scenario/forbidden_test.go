@@ -10,7 +10,9 @@ import (
 // or one without a klog header (whose time is unknown), is reported.
 func TestForbiddenLinesExcuseOnlyTheRestartWindow(t *testing.T) {
 	now := time.Now()
-	stamp := func(at time.Time) string { return "E" + at.Format("0102 15:04:05.000000") + "    42 reflector.go:227] " }
+	stamp := func(at time.Time) string {
+		return "E" + at.Format("0102 15:04:05.000000") + "    42 reflector.go:227] "
+	}
 	var r apiserverRestarts
 	r.windows = []restartWindow{{from: now.Add(-10 * time.Second), to: now.Add(-5 * time.Second)}}
 	log := stamp(now.Add(-20*time.Second)) + `"Failed to watch" err="pvcs is forbidden: before"` + "\n" +
