@@ -206,9 +206,17 @@ func TestManyClaims(t *testing.T) {
 		}
 		return done == n, fmt.Sprintf("%d of %d done", done, n)
 	})
-	quiet(500 * time.Millisecond) // let echoes of the last writes arrive
+	// Until every echo of the controller's writes was seen and nothing is left to do.
+	var refs []ref
+	for i := range n {
+		refs = append(refs, claimRef(fmt.Sprintf("data-%d", i)), volumeRef(fmt.Sprintf("pv-data-%d", i)))
+	}
+	e.settle(refs...)
 	if c := len(e.csi.ExpandCalls()); c != n {
 		t.Errorf("ControllerExpandVolume calls = %d, want %d", c, n)
+	}
+	if p := e.work.Processed(); p != n {
+		t.Errorf("PVCs were processed %d times, want %d (once each: their own writes are not processed again)", p, n)
 	}
 	if w := len(e.kube.Writes()); w != 3*n {
 		t.Errorf("API writes = %d, want %d", w, 3*n)

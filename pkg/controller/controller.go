@@ -82,6 +82,11 @@ type Controller struct {
 
 	mu     sync.Mutex
 	claims map[string]*claimMemory
+
+	// eventHandled, when set, is told of every PVC and PV event once its handler has run (and
+	// queued whatever it queues). Tests set it, before the informers start, to know when the
+	// controller has seen all of its own writes; it is nil in the sidecar.
+	eventHandled func(obj any)
 }
 
 // maxOwnVersions bounds the resourceVersions remembered per PVC: a few syncs' worth, in case
@@ -113,8 +118,16 @@ type claimMemory struct {
 	since time.Time
 	// failureObserved: the histogram already has this expansion's failure.
 	failureObserved bool
-	// recovery: the attempt under way lowers the allocated size; counted once when it ends.
+	// recovery: the expansion under way lowers the allocated size (KEP-1790 recovery). It is
+	// counted once, when its outcome is known: success when the expansion finishes (after the
+	// node step, if the driver asked for one), failure when it becomes ControllerResizeInfeasible
+	// or NodeResizeInfeasible. Final and transient errors keep it: the retry that follows has
+	// alloc == target, so its plan no longer says "recovery", and only this flag does.
 	recovery bool
+	// node is the node step this resizer handed over (NodeResizePending) and now waits to see
+	// finish, to record the expansion's duration and the recovery's outcome then; nil when
+	// the resizer is not waiting for the node.
+	node *nodeStep
 	// inUseFailure: the driver said FAILED_PRECONDITION, so wait for pods to let go.
 	inUseFailure bool
 	// inUseReported: the "in use" event was sent for this wait already.
@@ -122,6 +135,12 @@ type claimMemory struct {
 	// failedRequest is the requested size whose expansion was infeasible, so a new request
 	// can skip the slow retry in legacy mode, where allocatedResources does not record it.
 	failedRequest *resource.Quantity
+}
+
+// nodeStep is an expansion whose controller part succeeded and whose node part is pending.
+type nodeStep struct {
+	// from is status.capacity before the expansion, to the size handed to the node.
+	from, to resource.Quantity
 }
 
 // New wires the controller to its informers.
@@ -133,8 +152,7 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 		cfg:       cfg,
 		pvcLister: pvcs.Lister(),
 		pvLister:  pvs.Lister(),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(rateLimiter(cfg),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csi-resizer", Clock: cfg.Clock}),
 		slow:   slowset.NewSlowSet(cfg.RetryIntervalMax),
 		claims: map[string]*claimMemory{},
@@ -154,6 +172,12 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 	// that has not caught up with the first pass's writes.
 	c.synced = []cache.InformerSynced{claims.HasSynced, volumes.HasSynced}
 	return c
+}
+
+// rateLimiter is the per-PVC retry backoff after an error: from --retry-interval-start,
+// doubling up to --retry-interval-max.
+func rateLimiter(cfg Config) workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax)
 }
 
 // Run processes PVCs with the given number of workers until ctx is done.
@@ -187,8 +211,16 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
-// ClaimStates lists the driver's PVCs from the informer cache, for the scrape-time gauges.
+// ClaimStates lists the driver's PVCs from the informer cache, for the scrape-time gauges. It
+// returns nil, which the collector exports as nothing at all, until the informers have synced
+// (and on a standby replica, whose informers never start): a cache that is still listing would
+// report the PVCs it has not reached yet as absent, and an infeasible PVC missing from one
+// scrape after a restart resets the "for: 15m" of CSIResizerVolumeInfeasible. Once synced the
+// result is never nil, even with no PVCs, so the collector exports its zeros.
 func (c *Controller) ClaimStates() []metrics.ClaimState {
+	if !c.hasSynced() {
+		return nil
+	}
 	pvcs, err := c.pvcLister.List(labelsEverything)
 	if err != nil {
 		return nil
@@ -201,6 +233,16 @@ func (c *Controller) ClaimStates() []metrics.ClaimState {
 		out = append(out, metrics.ClaimState{Namespace: pvc.Namespace, Name: pvc.Name, State: pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]})
 	}
 	return out
+}
+
+// hasSynced reports whether the event handlers have seen the informers' initial lists.
+func (c *Controller) hasSynced() bool {
+	for _, synced := range c.synced {
+		if !synced() {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *Controller) work(ctx context.Context) {
@@ -258,6 +300,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	ctx = klog.NewContext(ctx, logger)
 
 	obs := resize.Observe(pvc, pv, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
+	c.observeNodeStep(ctx, key, pvc, obs)
 	plan := resize.PlanExpansion(obs)
 	logger.V(4).Info("Planned", "action", plan.Action, "target", plan.Target.String(), "recovery", plan.Recovery, "why", plan.Why)
 	if plan.Action == resize.Nothing {
@@ -271,7 +314,13 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	c.remember(key, func(m *claimMemory) {
 		if m.since.IsZero() {
 			m.since = c.startTime(pvc)
+			// First seen already failed (after a restart): the failure was observed by the
+			// process that saw it happen, and is not observed a second time.
+			m.failureObserved = failedBefore(obs, c.cfg.Legacy)
 		}
+		// A new step starts: a node step this resizer was waiting for is not what happens now,
+		// and the new step's outcome is what gets recorded.
+		m.node = nil
 	})
 	switch plan.Action {
 	case resize.RedriveNode:
@@ -403,7 +452,7 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	if _, err := c.writeStatus(ctx, key, written, done, false); err != nil {
 		return 0, err
 	}
-	c.expansionSucceeded(key, pvc, plan, newSize, res.NodeExpansionRequired)
+	c.expansionSucceeded(key, pvc, newSize, res.NodeExpansionRequired)
 	return 0, nil
 }
 
@@ -418,7 +467,10 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed, "expanding the volume to %s failed (%s, %s): %s", plan.Target.String(), ce.Reason, ce.Class, ce.Message)
 
 	m := c.memory(key)
-	if ce.Class.IsFinal() && m.recovery {
+	// Only infeasible settles a recovery as failed. After any other final error the retry
+	// follows spec again and may well succeed (and after a transient one it keeps the target),
+	// so the recovery flag is kept for the outcome of the retries.
+	if ce.Class == resize.ClassInfeasible && m.recovery {
 		c.cfg.Metrics.Recovery(false)
 		c.remember(key, func(m *claimMemory) { m.recovery = false })
 	}
@@ -472,17 +524,28 @@ func (c *Controller) waitForPods(ctx context.Context, key string, pvc *v1.Persis
 	return true, nil
 }
 
-func (c *Controller) expansionSucceeded(key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan, newSize resource.Quantity, nodeRequired bool) {
+// expansionSucceeded records the end of the control-plane part of an expansion. When the node
+// has a part to do, the expansion is not finished: its duration and a recovery's outcome are
+// recorded when the resizer sees the node finish or fail (observeNodeStep).
+func (c *Controller) expansionSucceeded(key string, pvc *v1.PersistentVolumeClaim, newSize resource.Quantity, nodeRequired bool) {
 	m := c.memory(key)
-	took := time.Duration(0)
-	if !m.since.IsZero() {
-		took = c.cfg.Clock.Since(m.since).Round(time.Millisecond)
-	}
 	old := pvc.Status.Capacity[v1.ResourceStorage]
-	switch {
-	case nodeRequired:
+	if nodeRequired {
 		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventFileSystemRequired,
 			"the volume was expanded to %s in the control plane; waiting for the node to expand the file system", newSize.String())
+		// The wait for the node is in memory only: a restarted resizer does not know it
+		// handed this step over and records neither the duration nor the recovery of this
+		// expansion. Only metrics and the VolumeResizeRecovered event depend on it, never a
+		// decision.
+		c.remember(key, func(m *claimMemory) {
+			m.node = &nodeStep{from: old.DeepCopy(), to: newSize.DeepCopy()}
+			m.inUseFailure, m.inUseReported = false, false
+		})
+		c.slow.Remove(key)
+		return
+	}
+	took := c.elapsed(m.since)
+	switch {
 	case m.recovery:
 		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeRecovered,
 			"recovered from a failed expansion: volume expanded from %s to %s in %s", old.String(), newSize.String(), took)
@@ -521,7 +584,7 @@ func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.Per
 	if _, err := c.writeStatus(ctx, key, pvc, done, true); err != nil {
 		return err
 	}
-	c.expansionSucceeded(key, pvc, plan, plan.Target, nodeRequired)
+	c.expansionSucceeded(key, pvc, plan.Target, nodeRequired)
 	return nil
 }
 
@@ -532,6 +595,10 @@ func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.Persis
 		return err
 	}
 	c.markSlow(key)
+	// The node has the expansion again: its outcome is recorded when the node finishes it.
+	c.remember(key, func(m *claimMemory) {
+		m.node = &nodeStep{from: pvc.Status.Capacity[v1.ResourceStorage].DeepCopy(), to: plan.Target.DeepCopy()}
+	})
 	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventFileSystemRequired,
 		"the node failed to expand the volume, which already has %s in the control plane; asking the node to retry", plan.Target.String())
 	return nil
@@ -614,14 +681,123 @@ func (c *Controller) startTime(pvc *v1.PersistentVolumeClaim) time.Time {
 	return c.cfg.Clock.Now()
 }
 
-// endEpisodeIfDone forgets the timing of an expansion that finished without this resizer
-// seeing the end (e.g. the node completed it).
+// endEpisodeIfDone forgets the timing of an expansion that ended without this resizer
+// recording its end: one it did not hand to the node itself (another resizer did, or this
+// process restarted since), or a node step that ended without reaching its size. Nothing is
+// observed for it: the start or the outcome is not known.
 func (c *Controller) endEpisodeIfDone(key string, pvc *v1.PersistentVolumeClaim) {
 	if pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] != "" {
 		return
 	}
+	if c.memory(key).node != nil {
+		// Legacy mode writes no state: the node is still at work (observeNodeStep said so).
+		return
+	}
 	c.remember(key, func(m *claimMemory) { m.since, m.failureObserved, m.recovery = time.Time{}, false, false })
 	c.slow.Remove(key)
+}
+
+// nodeOutcome is what became of a node step, as the PVC tells.
+type nodeOutcome int
+
+const (
+	nodePending nodeOutcome = iota
+	nodeDone
+	nodeFailed
+	// nodeGone: the PVC left the node's hands without reaching the size: someone else
+	// started another step. Neither success nor failure.
+	nodeGone
+)
+
+// nodeStepOutcome reads a node step's outcome from the PVC. The kubelet ends a node expansion
+// by clearing the resize state and setting status.capacity, in one write; it reports a failure
+// it will not retry as NodeResizeInfeasible. In legacy mode there is no state and the
+// FileSystemResizePending condition is what says the node still has work.
+func nodeStepOutcome(obs resize.Observed, step *nodeStep) nodeOutcome {
+	switch obs.State {
+	case v1.PersistentVolumeClaimNodeResizePending, v1.PersistentVolumeClaimNodeResizeInProgress:
+		return nodePending
+	case v1.PersistentVolumeClaimNodeResizeInfeasible:
+		return nodeFailed
+	case "":
+		if obs.PVCCap.Cmp(step.to) >= 0 {
+			return nodeDone
+		}
+		if obs.FileSystemResizePending {
+			return nodePending
+		}
+	}
+	return nodeGone
+}
+
+// observeNodeStep records the end of an expansion whose node step this resizer handed over:
+// the duration and a recovery's success (with the VolumeResizeRecovered event) when the node
+// finished, the failure when it became NodeResizeInfeasible. DESIGN §2.5 measures an expansion
+// until it is done, and it is done only when the node has grown the file system.
+func (c *Controller) observeNodeStep(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed) {
+	m := c.memory(key)
+	if m.node == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	switch nodeStepOutcome(obs, m.node) {
+	case nodePending:
+		return
+	case nodeDone:
+		took := c.elapsed(m.since)
+		logger.V(2).Info("The node finished the expansion", "size", m.node.to.String(), "took", took, "recovery", m.recovery)
+		if !m.since.IsZero() {
+			c.cfg.Metrics.ExpansionDone(true, took)
+		}
+		if m.recovery {
+			c.cfg.Metrics.Recovery(true)
+			c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeRecovered,
+				"recovered from a failed expansion: volume expanded from %s to %s in %s (file system included)", m.node.from.String(), m.node.to.String(), took)
+		}
+		c.remember(key, func(m *claimMemory) {
+			m.since, m.failureObserved, m.recovery, m.node = time.Time{}, false, false, nil
+		})
+		c.slow.Remove(key)
+	case nodeFailed:
+		logger.V(2).Info("The node failed the expansion", "size", m.node.to.String(), "recovery", m.recovery)
+		if !m.failureObserved && !m.since.IsZero() {
+			c.cfg.Metrics.ExpansionDone(false, c.elapsed(m.since))
+		}
+		if m.recovery {
+			c.cfg.Metrics.Recovery(false)
+		}
+		// The episode goes on (a redrive, a new request): a later success is still observed,
+		// timed from the first sight of the expansion, as after a controller-side failure.
+		c.remember(key, func(m *claimMemory) { m.failureObserved, m.recovery, m.node = true, false, nil })
+	case nodeGone:
+		logger.V(4).Info("The node step this resizer waited for was replaced by another step", "state", obs.State)
+		c.remember(key, func(m *claimMemory) { m.node = nil })
+	}
+}
+
+// awaitingNode reports whether the resizer waits to see the node finish an expansion of the
+// PVC, so that the kubelet's final update, which leaves nothing to do, is still processed.
+func (c *Controller) awaitingNode(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.claims[key]
+	return ok && m.node != nil
+}
+
+// failedBefore reports whether the PVC records a failed expansion (infeasible) already.
+func failedBefore(obs resize.Observed, legacy bool) bool {
+	if legacy {
+		return obs.LastError == resize.ClassInfeasible
+	}
+	return obs.State == v1.PersistentVolumeClaimControllerResizeInfeasible || obs.State == v1.PersistentVolumeClaimNodeResizeInfeasible
+}
+
+// elapsed is how long ago since was, or 0 when it is not known.
+func (c *Controller) elapsed(since time.Time) time.Duration {
+	if since.IsZero() {
+		return 0
+	}
+	return c.cfg.Clock.Since(since).Round(time.Millisecond)
 }
 
 func (c *Controller) now() metav1.Time {

@@ -36,16 +36,21 @@ func TestCompletedResizeCost(t *testing.T) {
 			pvc, pv := claim("data", "2Gi", "1Gi")
 			e := start(t, setup{objects: objects(pvc, pv), watchDelay: tc.watchDelay})
 
-			got := e.waitForClaim("data", "resized", func(p *v1.PersistentVolumeClaim) bool {
+			e.waitForClaim("data", "resized", func(p *v1.PersistentVolumeClaim) bool {
 				return capacityOf(p.Status.Capacity) == "2Gi"
 			})
-			// Give re-processing of the controller's own writes the time to show up: the
-			// watch events of all three writes are delivered within this window.
-			quiet(500*time.Millisecond + 3*tc.watchDelay)
-			got = e.pvc("data")
+			// Until the controller has seen the echoes of all its writes and finished whatever
+			// they queued: re-processing them would show up in the counts below.
+			e.settle(claimRef("data"), volumeRef("pv-data"))
+			got := e.pvc("data")
 
 			if n := len(e.csi.ExpandCalls()); n != 1 {
 				t.Errorf("ControllerExpandVolume calls = %d, want 1", n)
+			}
+			// The PVC's add and its PV's add are both seen before the workers start, and
+			// every later event is the echo of the controller's own write.
+			if n := e.work.Processed(); n != 1 {
+				t.Errorf("the PVC was processed %d times, want 1 (its own writes are not processed again)", n)
 			}
 			if n := e.csi.Count(csitest.MethodControllerGetCapabilities); n != e.startCaps {
 				t.Errorf("ControllerGetCapabilities calls = %d, want only the %d of the handshake", n, e.startCaps)

@@ -25,6 +25,7 @@ func needsWork(pvc *v1.PersistentVolumeClaim) bool {
 }
 
 func (c *Controller) claimAdded(obj any) {
+	defer c.handled(obj)
 	pvc, ok := obj.(*v1.PersistentVolumeClaim)
 	if !ok || !needsWork(pvc) {
 		return
@@ -33,6 +34,7 @@ func (c *Controller) claimAdded(obj any) {
 }
 
 func (c *Controller) claimUpdated(oldObj, newObj any) {
+	defer c.handled(newObj)
 	oldPVC, ok1 := oldObj.(*v1.PersistentVolumeClaim)
 	pvc, ok2 := newObj.(*v1.PersistentVolumeClaim)
 	if !ok1 || !ok2 {
@@ -44,7 +46,9 @@ func (c *Controller) claimUpdated(oldObj, newObj any) {
 	if oldPVC.ResourceVersion != pvc.ResourceVersion && c.isOwnWriteOrHeld(key, pvc.ResourceVersion) {
 		return
 	}
-	if !needsWork(pvc) {
+	// The kubelet's update that ends a node expansion leaves nothing to do, but the resizer
+	// that handed the expansion over records its end (duration, recovery) on seeing it.
+	if !needsWork(pvc) && !c.awaitingNode(key) {
 		return
 	}
 	c.queue.Add(key)
@@ -54,6 +58,7 @@ func (c *Controller) claimDeleted(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
+	defer c.handled(obj)
 	pvc, ok := obj.(*v1.PersistentVolumeClaim)
 	if !ok {
 		return
@@ -64,6 +69,7 @@ func (c *Controller) claimDeleted(obj any) {
 
 // volumeAdded catches PVCs that were seen before their PV reached the cache.
 func (c *Controller) volumeAdded(obj any) {
+	defer c.handled(obj)
 	if pv, ok := obj.(*v1.PersistentVolume); ok {
 		c.enqueueClaimOf(pv)
 	}
@@ -71,12 +77,20 @@ func (c *Controller) volumeAdded(obj any) {
 
 // volumeUpdated reacts to binding only: capacity changes on the PV are the controller's own.
 func (c *Controller) volumeUpdated(oldObj, newObj any) {
+	defer c.handled(newObj)
 	oldPV, ok1 := oldObj.(*v1.PersistentVolume)
 	pv, ok2 := newObj.(*v1.PersistentVolume)
 	if !ok1 || !ok2 || oldPV.Spec.ClaimRef != nil || pv.Spec.ClaimRef == nil {
 		return
 	}
 	c.enqueueClaimOf(pv)
+}
+
+// handled tells the test hook, if any, that the handler of an event for obj has run.
+func (c *Controller) handled(obj any) {
+	if c.eventHandled != nil {
+		c.eventHandled(obj)
+	}
 }
 
 func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume) {
@@ -166,7 +180,10 @@ func (c *Controller) remember(key string, update func(*claimMemory)) {
 	update(m)
 }
 
-// forget drops everything remembered about a deleted PVC (rule 10).
+// forget drops everything remembered about a deleted PVC (rule 10). An expansion under way is
+// dropped without an outcome: no duration is observed and a recovery in flight counts as
+// neither success nor failure. Deleting the claim is the user's decision, not a result of the
+// expansion, and counting it as a failed recovery would fire CSIResizerRecoveryFailing for it.
 func (c *Controller) forget(key string) {
 	c.mu.Lock()
 	delete(c.claims, key)

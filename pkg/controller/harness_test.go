@@ -3,7 +3,9 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,21 +52,45 @@ type setup struct {
 }
 
 // env is a running controller: informers over the fake clientset, the CSI driver on a real
-// unix socket, events and metrics.
+// unix socket, events and metrics (the registry holds the recorder's metrics and the
+// scrape-time state collector, as in the sidecar).
 type env struct {
 	t      *testing.T
+	setup  setup
 	kube   *kubetest.Clientset
 	csi    *csitest.Server
 	events *kubetest.Recorder
 	reg    compmetrics.KubeRegistry
 	ctrl   *controller.Controller
+	work   *controller.WorkTracker
 	driver csi.Driver
 	// startCaps is the number of ControllerGetCapabilities calls made by the handshake.
 	startCaps int
+	// stop stops the controller and its informers and waits for them (once; also at cleanup).
+	stop func()
 }
 
 func start(t *testing.T, s setup) *env {
 	t.Helper()
+	s = s.withDefaults()
+	srv := csitest.Start(t, s.driver)
+	srv.Queue(s.responses...)
+	if s.defaultResponse != nil {
+		srv.SetDefault(*s.defaultResponse)
+	}
+	kube := kubetest.NewClientset(s.objects, append(s.kubeOptions, kubetest.WithWatchDelay(s.watchDelay))...)
+	return run(t, s, kube, srv)
+}
+
+// restart stops the controller and starts a new one, as a restarted sidecar: new informers,
+// memory, events and metrics registry, over the same API objects and the same driver.
+func (e *env) restart() *env {
+	e.t.Helper()
+	e.stop()
+	return run(e.t, e.setup, e.kube, e.csi)
+}
+
+func (s setup) withDefaults() setup {
 	if s.driver == (csitest.Options{}) {
 		s.driver = csitest.ControllerDriver()
 	}
@@ -80,12 +106,12 @@ func start(t *testing.T, s setup) *env {
 	if s.workers == 0 {
 		s.workers = 4
 	}
-	srv := csitest.Start(t, s.driver)
-	srv.Queue(s.responses...)
-	if s.defaultResponse != nil {
-		srv.SetDefault(*s.defaultResponse)
-	}
+	return s
+}
 
+// run starts a controller over kube and the driver srv.
+func run(t *testing.T, s setup, kube *kubetest.Clientset, srv *csitest.Server) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	// Not pkg/csi.Connect: that one exits the process when the connection is lost.
 	conn, err := connection.Connect(ctx, srv.Address(), nil, connection.WithTimeout(waitLimit))
@@ -100,7 +126,6 @@ func start(t *testing.T, s setup) *env {
 		t.Fatalf("handshake: %v", err)
 	}
 
-	kube := kubetest.NewClientset(s.objects, append(s.kubeOptions, kubetest.WithWatchDelay(s.watchDelay))...)
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	pvcs := factory.Core().V1().PersistentVolumeClaims()
 	pvs := factory.Core().V1().PersistentVolumes()
@@ -125,24 +150,31 @@ func start(t *testing.T, s setup) *env {
 		Legacy:             s.legacy,
 		AnnotateFsResize:   !s.noAnnotate,
 	}, pvcs, pvs)
+	work := controller.TrackWork(ctrl)
+	reg.CustomMustRegister(metrics.NewStateCollector(driver.Name, ctrl.ClaimStates))
+	startCaps := srv.Count(csitest.MethodControllerGetCapabilities)
 	factory.Start(ctx.Done())
 	done := make(chan error, 1)
 	go func() { done <- ctrl.Run(ctx, s.workers) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("controller: %v", err)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("controller: %v", err)
+				}
+			case <-time.After(waitLimit):
+				t.Errorf("the controller did not stop within %s", waitLimit)
 			}
-		case <-time.After(waitLimit):
-			t.Errorf("the controller did not stop within %s", waitLimit)
-		}
-		factory.Shutdown()
-		_ = conn.Close()
-	})
-	return &env{t: t, kube: kube, csi: srv, events: events, reg: reg, ctrl: ctrl, driver: driver,
-		startCaps: srv.Count(csitest.MethodControllerGetCapabilities)}
+			factory.Shutdown()
+			_ = conn.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &env{t: t, setup: s, kube: kube, csi: srv, events: events, reg: reg, ctrl: ctrl, work: work, driver: driver,
+		startCaps: startCaps, stop: stop}
 }
 
 // claim returns a bound PVC asking for request with status.capacity capacity, and its PV.
@@ -256,6 +288,111 @@ func (e *env) waitForEvent(reason string) kubetest.Event {
 
 // quiet waits for window on a timer: used only to show that something does NOT happen.
 func quiet(window time.Duration) { <-time.After(window) }
+
+// ref names a stored object a test touched: a PVC of namespace ns, or a PV.
+type ref struct {
+	pv   bool
+	name string
+}
+
+func claimRef(name string) ref  { return ref{name: name} }
+func volumeRef(name string) ref { return ref{pv: true, name: name} }
+
+func (r ref) String() string {
+	if r.pv {
+		return "PV " + r.name
+	}
+	return "PVC " + ns + "/" + r.name
+}
+
+// stored is the resourceVersion the fake apiserver holds for r.
+func (e *env) stored(r ref) string {
+	e.t.Helper()
+	if r.pv {
+		return e.pv(r.name).ResourceVersion
+	}
+	return e.pvc(r.name).ResourceVersion
+}
+
+// handled is the resourceVersion of r's last event the controller's handlers dealt with.
+func (e *env) handled(r ref) string {
+	if r.pv {
+		return e.work.HandledVolume(r.name)
+	}
+	return e.work.HandledClaim(ns, r.name)
+}
+
+// waitSeen waits until the controller's handlers have dealt with the stored version of every
+// object in refs (which implies its informer cache holds it).
+func (e *env) waitSeen(refs ...ref) {
+	e.t.Helper()
+	e.waitFor("the controller to see the stored versions", func() (bool, string) {
+		for _, r := range refs {
+			if have, want := e.handled(r), e.stored(r); have != want {
+				return false, fmt.Sprintf("%s: handled resourceVersion %q, stored %q", r, have, want)
+			}
+		}
+		return true, ""
+	})
+}
+
+// settle waits until the controller has nothing left to do with the objects in refs, so that a
+// test can then assert what did NOT happen (no second driver call, no write or event for its
+// own echoes) without a timer. Settled is, read in this order:
+//  1. the handlers have dealt with the stored version of every object in refs (every write
+//     was seen, and whatever its event queued is in the queue),
+//  2. no key is queued or being processed, and no delayed add is due within waitLimit (a
+//     later one, like the slow retry of an infeasible PVC, cannot run before the assertions
+//     that follow),
+//  3. the stored versions are still those of step 1: no write landed in between.
+//
+// With nothing queued or running, only a new event could start work, and every write's event
+// was handled by step 1 and its work finished by step 2: nothing more happens unless the test
+// changes something.
+func (e *env) settle(refs ...ref) {
+	e.t.Helper()
+	e.waitFor("the controller to settle", func() (bool, string) {
+		versions := make([]string, len(refs))
+		for i, r := range refs {
+			versions[i] = e.stored(r)
+			if have := e.handled(r); have != versions[i] {
+				return false, fmt.Sprintf("%s: handled resourceVersion %q, stored %q", r, have, versions[i])
+			}
+		}
+		if queued, processing, next := e.work.Pending(); queued > 0 || processing > 0 || (next >= 0 && next < waitLimit) {
+			return false, fmt.Sprintf("%d keys queued, %d being processed, next delayed add in %s", queued, processing, next)
+		}
+		for i, r := range refs {
+			if now := e.stored(r); now != versions[i] {
+				return false, fmt.Sprintf("%s was written meanwhile (%s -> %s)", r, versions[i], now)
+			}
+		}
+		return true, ""
+	})
+}
+
+// gauges gathers the series of the named gauges as "name{labels}" -> value.
+func (e *env) gauges(names ...string) map[string]float64 {
+	e.t.Helper()
+	families, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatalf("gathering metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if !slices.Contains(names, f.GetName()) {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			out[f.GetName()+"{"+strings.Join(labels, ",")+"}"] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
 
 func (e *env) metric(name string, labels map[string]string) float64 {
 	e.t.Helper()

@@ -3,7 +3,8 @@
 //
 // Counters and the histogram are updated by the controller as things happen; the two gauges
 // are computed at scrape time from the informer cache by a custom collector, so they are right
-// straight after a restart and cost nothing per event.
+// as soon as a restarted resizer's cache has synced (and absent before) and cost nothing per
+// event.
 package metrics
 
 import (
@@ -166,7 +167,11 @@ type StateCollector struct {
 }
 
 // NewStateCollector creates the collector; list returns the driver's PVCs from the informer
-// cache (it must not call the API).
+// cache (it must not call the API). list returns nil while the cache cannot answer (the
+// informers have not synced, or never started on a standby replica): the collector then
+// exports neither gauge, because a partial cache would export 0 for states and drop the series
+// of infeasible PVCs it has not listed yet, and an absent series says "unknown" where a 0 says
+// "none". An empty, non-nil list is a synced cache with no PVCs: every state is exported at 0.
 func NewStateCollector(driver string, list func() []ClaimState) *StateCollector {
 	return &StateCollector{
 		driver: driver,
@@ -188,11 +193,15 @@ func (c *StateCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 
 // CollectWithStability implements metrics.StableCollector.
 func (c *StateCollector) CollectWithStability(ch chan<- metrics.Metric) {
+	claims := c.list()
+	if claims == nil {
+		return
+	}
 	counts := make(map[string]int, len(AllStates))
 	for _, s := range AllStates {
 		counts[s] = 0
 	}
-	for _, cs := range c.list() {
+	for _, cs := range claims {
 		counts[StateLabel(cs.State)]++
 		if cs.IsInfeasible() {
 			ch <- metrics.NewLazyConstMetric(c.infeasible, metrics.GaugeValue, 1, c.driver, cs.Namespace, cs.Name)

@@ -156,9 +156,11 @@ func TestExpansionDurationHistogram(t *testing.T) {
 	}
 }
 
-// The gauges are computed from whatever list returns at scrape time: a fresh collector over the
-// same cluster state (a restarted process) reports the same values.
-func TestStateGaugesFromCacheAndAfterRestart(t *testing.T) {
+// The gauges are computed from whatever list returns at each scrape: the values, the zeros of
+// empty states, and a per-PVC series that goes away when its PVC leaves the infeasible state.
+// (That a restarted resizer exports the same values is tested against a real controller in
+// pkg/controller, TestStateGaugesAfterRestart.)
+func TestStateGaugesComputedAtScrape(t *testing.T) {
 	state := []ClaimState{
 		{Namespace: "a", Name: "stuck", State: v1.PersistentVolumeClaimControllerResizeInfeasible},
 		{Namespace: "b", Name: "node", State: v1.PersistentVolumeClaimNodeResizeInfeasible},
@@ -180,15 +182,12 @@ csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="NodeResizeInfeasibl
 csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="NodeResizePending"} 0
 csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="none"} 1
 `
-	for _, run := range []string{"before restart", "after restart"} {
-		_, reg := newRegistry(t, list)
-		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csi_resizer_volume_infeasible", "csi_resizer_volumes"); err != nil {
-			t.Fatalf("%s: %v", run, err)
-		}
-	}
-	// The stuck PVC recovers: its per-PVC series disappears.
-	state = state[2:]
 	_, reg := newRegistry(t, list)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "csi_resizer_volume_infeasible", "csi_resizer_volumes"); err != nil {
+		t.Fatal(err)
+	}
+	// The stuck PVCs recover: the next scrape of the same registry has no per-PVC series.
+	state = state[2:]
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -197,5 +196,33 @@ csi_resizer_volumes{driver_name="hostpath.csi.k8s.io",state="none"} 1
 		if mf.GetName() == "csi_resizer_volume_infeasible" && len(mf.GetMetric()) != 0 {
 			t.Fatalf("infeasible series after recovery: %v, want none", mf.GetMetric())
 		}
+	}
+}
+
+// list returns nil while the informer cache has not synced: neither gauge is exported then, not
+// even the zeros, because a partial cache would report infeasible PVCs as gone. A synced cache
+// with no PVCs (an empty, non-nil list) exports every state at 0.
+func TestStateGaugesAbsentUntilListAnswers(t *testing.T) {
+	var state []ClaimState
+	_, reg := newRegistry(t, func() []ClaimState { return state })
+	series := func() int {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			if mf.GetName() == "csi_resizer_volumes" || mf.GetName() == "csi_resizer_volume_infeasible" {
+				n += len(mf.GetMetric())
+			}
+		}
+		return n
+	}
+	if n := series(); n != 0 {
+		t.Errorf("list not answering (nil): %d series exported, want none", n)
+	}
+	state = []ClaimState{}
+	if n := series(); n != len(AllStates) {
+		t.Errorf("synced, no PVCs: %d series exported, want %d (every state at 0)", n, len(AllStates))
 	}
 }

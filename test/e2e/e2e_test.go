@@ -142,14 +142,26 @@ func waitExpanded(t *testing.T, e *scenario.Env, name, size string) (pvc *v1.Per
 		t.Errorf("the mock answers node_expansion_required=%v, but the PVC went to NodeResizePending: %v (%s)",
 			suite.mockNodeExpansion, node, scenario.Describe(handedOver))
 	}
+	if node {
+		// Nothing may claim the expansion done while the node has yet to do its part.
+		for _, reason := range []string{"VolumeResizeSuccessful", "VolumeResizeRecovered"} {
+			for _, ev := range e.Events(t, name, reason) {
+				if strings.Contains(ev.Message, size) {
+					t.Errorf("%s emitted while the node had yet to expand the file system: %q", reason, ev.Message)
+				}
+			}
+		}
+	}
 	e.FinishNodeExpansion(t, name)
 	return e.WaitClaim(t, name, resizeTimeout, scenario.Done(size)), node
 }
 
-// waitExpandedEvent waits for the event that ends the resizer's part of an expansion to size:
-// want (VolumeResizeSuccessful or VolumeResizeRecovered) when the driver finished it, and
-// FileSystemResizeRequired when the driver left the node a part to do; want must not come
-// then, since the expansion was not finished when the resizer handed it over.
+// waitExpandedEvent waits for the events that end the resizer's part of an expansion to size
+// (called after waitExpanded). When the driver finished it: want (VolumeResizeSuccessful or
+// VolumeResizeRecovered). When the driver left the node a part to do: FileSystemResizeRequired
+// at the hand-over, and, for a recovery, VolumeResizeRecovered once the node finished (which
+// waitExpanded played, after checking that nothing claimed success before); a plain expansion
+// gets no VolumeResizeSuccessful from the resizer then, the kubelet reports its own part.
 func waitExpandedEvent(t *testing.T, e *scenario.Env, claim, want, size string, node bool) v1.Event {
 	t.Helper()
 	reason := want
@@ -160,9 +172,10 @@ func waitExpandedEvent(t *testing.T, e *scenario.Env, claim, want, size string, 
 	if !strings.Contains(ev.Message, size) {
 		t.Errorf("%s should name the new size %s: %q", reason, size, ev.Message)
 	}
-	if node {
-		if evs := e.Events(t, claim, want); len(evs) > 0 {
-			t.Errorf("%s emitted while the node had yet to expand the file system: %q", want, evs[0].Message)
+	if node && want == "VolumeResizeRecovered" {
+		ev = e.WaitEvent(t, claim, want, 30*time.Second)
+		if !strings.Contains(ev.Message, size) {
+			t.Errorf("%s should name the new size %s: %q", want, size, ev.Message)
 		}
 	}
 	return ev
@@ -233,9 +246,9 @@ func TestInfeasibleThenRecover(t *testing.T) {
 		t.Errorf("allocatedResources = %s after recovery, want 2Gi", alloc.String())
 	}
 	waitExpandedEvent(t, e, "data", "VolumeResizeRecovered", "2Gi", node)
-	// The recovery counter records the recovery whatever the driver answered (with node
-	// expansion the event is FileSystemResizeRequired, not VolumeResizeRecovered). It is
-	// counted right after the event is emitted, hence the short wait.
+	// The recovery counter records the recovery once it is done, whatever the driver answered
+	// (with node expansion, when the node finished). It is counted right after the event is
+	// emitted, hence the short wait.
 	framework.Eventually(t, 10*time.Second, func() (bool, string) {
 		n := scenario.MetricValue(scenario.Scrape(t, e.Resizer), "csi_resizer_volume_recovery_total", `state="success"`)
 		return n == 1, fmt.Sprintf(`csi_resizer_volume_recovery_total{state="success"} = %v, want 1`, n)
