@@ -101,25 +101,77 @@ func patches(t *testing.T, p *framework.Process, result string) float64 {
 	return scenario.MetricValue(scenario.Scrape(t, p), "statefulset_resizer_pvc_patches_total", labels...)
 }
 
-// (a) The documented flow: delete --cascade=orphan and re-create with a bigger template. Every
-// PVC grows, one replica at a time (OrderedReady), the status annotation says finished for the
-// new object's generation with 3 ready replicas, and `wait` exits 0.
+// (a) The documented flow, from an exported manifest: `kubectl get -o yaml`, raise the template,
+// delete --cascade=orphan, apply. The new object is at generation 1 like the old one and carries
+// the old object's status annotation, which says "finished at generation 1, 3 ready"; it is
+// another object's (uid) and must not let `wait` pass. `wait`, started right after the re-create,
+// keeps waiting while no PVC can grow (csi-resizer is stopped) and exits 0 only once every PVC's
+// capacity is the new size. Every PVC grows, one replica at a time (OrderedReady); the annotation
+// ends written for the new object (its uid), finished with 3 ready replicas. The StatefulSet does
+// not roll its pods (KEP-661 "Ensure statefulset controller revision works properly after
+// resize"): current revision = update revision = the old object's, and the pods keep their UIDs.
 func TestStatefulSetOrphanRecreateGrowsAllReplicas(t *testing.T) {
 	s := startSTSEnv(t)
 	ssr := s.StartStatefulSetResizer(t, s.ssrKubeconfig)
 	sts := s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 3, Policy: appsv1.OrderedReadyPodManagement, Size: "1Gi"})
 	ids := s.CreateStatefulSet(t, sts)
-	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
-
-	recreated := s.RecreateStatefulSet(t, "web", scenario.WithSize("2Gi"))
-	if recreated.Generation != 1 {
-		t.Fatalf("re-created StatefulSet at generation %d, want a new object at 1", recreated.Generation)
+	old, _ := s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	podUIDs := map[string]types.UID{}
+	for i := 0; i < 3; i++ {
+		pod := s.Pod(t, scenario.PodName("web", i))
+		podUIDs[pod.Name] = pod.UID
 	}
-	r := s.wait(t, "web")
+
+	// Holds every PVC at 1Gi until the window below has been observed.
+	if err := s.Resizer.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	recreated := s.RecreateStatefulSetFromExport(t, "web", scenario.WithSize("2Gi"))
+	waiting := s.StartWait(t, s.ssrKubeconfig, "web", "--timeout", stsTimeout.String())
+	if recreated.Generation != 1 || recreated.UID == old.UID {
+		t.Fatalf("re-created StatefulSet uid %s at generation %d, want a new object at 1", recreated.UID, recreated.Generation)
+	}
+	copied, err := status.Parse(recreated.Annotations[status.Annotation])
+	if err != nil || copied.UID != old.UID || copied.Template(scenario.TemplateName) == nil ||
+		copied.Template(scenario.TemplateName).FinishedReconciliationGeneration != 1 {
+		t.Fatalf("re-created object's annotation %q (%v), want the old object's document, finished at generation 1",
+			recreated.Annotations[status.Annotation], err)
+	}
+	// Until statefulset-resizer rewrites it, the copied document is no status of this object:
+	// the helper must read it as none (nil), not fail the test. (Whether the rewrite has
+	// happened by now is a race; logged.)
+	cur, st := s.StatefulSet(t, "web")
+	t.Logf("right after the re-create: status read as %+v from %s", st, cur.Annotations[status.Annotation])
+
+	// statefulset-resizer has taken the new object over (replica 0 patched, status rewritten
+	// for it) but no volume can grow: wait must not have passed, and must keep waiting.
+	s.WaitClaim(t, scenario.ClaimName("web", 0), stsTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		return scenario.Request(pvc) == "2Gi", "want statefulset-resizer's patch"
+	})
+	s.WaitTemplateStatus(t, "web", stsTimeout, func(sts *appsv1.StatefulSet, ts status.Template) (bool, string) {
+		return ts.ReadyReplicas == 0 && ts.FinishedReconciliationGeneration == 0, "want the new object's own status: 0 ready, not finished"
+	})
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		if waiting.Exited() {
+			return false, fmt.Sprintf("wait ended while every PVC was at 1Gi: %s", waiting.Result(t))
+		}
+		return true, ""
+	})
+
+	s.Resizer.Start(t)
+	r := waiting.Result(t)
+	t.Logf("wait: %s", r)
 	if r.Code != 0 || !strings.Contains(r.Stdout, "finished for generation 1") {
 		t.Fatalf("wait: %s; want exit 0, finished for generation 1", r)
 	}
-	t.Logf("wait: %s", r)
+	// Read at once. Capacities only grow: a PVC below 2Gi here was below it when wait exited.
+	for i := 0; i < 3; i++ {
+		claim := scenario.ClaimName("web", i)
+		pvc := s.PVC(t, claim)
+		if ok, why := scenario.Done("2Gi")(pvc); !ok {
+			t.Errorf("wait exited 0 at %s but %s: %s; PVC: %s", r.Ended.Format(time.RFC3339Nano), claim, why, scenario.Describe(pvc))
+		}
+	}
 
 	var expands []framework.Call
 	for i := 0; i < 3; i++ {
@@ -138,10 +190,13 @@ func TestStatefulSetOrphanRecreateGrowsAllReplicas(t *testing.T) {
 		}
 	}
 	got, st := s.StatefulSet(t, "web")
+	if st == nil {
+		t.Fatalf("status annotation %q is not the new object's (uid %s)", got.Annotations[status.Annotation], got.UID)
+	}
 	ts := st.Template(scenario.TemplateName)
-	if st.ObservedGeneration != got.Generation || ts == nil || ts.ReadyReplicas != 3 || ts.InfeasibleReplicas != 0 ||
+	if st.UID != recreated.UID || st.ObservedGeneration != got.Generation || ts == nil || ts.ReadyReplicas != 3 || ts.InfeasibleReplicas != 0 ||
 		ts.FinishedReconciliationGeneration != got.Generation || ts.Message != "" {
-		t.Errorf("status annotation %s, want 3 ready replicas finished at generation %d", got.Annotations[status.Annotation], got.Generation)
+		t.Errorf("status annotation %s, want uid %s with 3 ready replicas finished at generation %d", got.Annotations[status.Annotation], recreated.UID, got.Generation)
 	}
 	if got.Status.ReadyReplicas != 3 {
 		t.Errorf("StatefulSet status.readyReplicas = %d, want 3 (pods adopted by the new object)", got.Status.ReadyReplicas)
@@ -160,6 +215,26 @@ func TestStatefulSetOrphanRecreateGrowsAllReplicas(t *testing.T) {
 	if n := patches(t, ssr, "success"); n != 3 {
 		t.Errorf("statefulset_resizer_pvc_patches_total{result=success} = %v, want 3", n)
 	}
+
+	// No rollout: the resize changed no pod template, so the new object's revision is the old
+	// one's, every pod is at it, and the pods are the ones from before (a roll would replace
+	// them). Checked over a window: a roll would start within it.
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		cur, _ := s.StatefulSet(t, "web")
+		if cur.Status.ObservedGeneration != cur.Generation || cur.Status.CurrentRevision != cur.Status.UpdateRevision ||
+			cur.Status.UpdateRevision != old.Status.UpdateRevision || cur.Status.UpdatedReplicas != 3 {
+			return false, fmt.Sprintf("StatefulSet status %+v, want current = update revision = the old object's %s, 3 updated",
+				cur.Status, old.Status.UpdateRevision)
+		}
+		for name, uid := range podUIDs {
+			pod := s.Pod(t, name)
+			if pod.UID != uid || pod.DeletionTimestamp != nil || pod.Labels[appsv1.StatefulSetRevisionLabel] != cur.Status.UpdateRevision {
+				return false, fmt.Sprintf("pod %s uid %s (was %s), deleting %v, revision %s: replaced or rolled",
+					name, pod.UID, uid, pod.DeletionTimestamp != nil, pod.Labels[appsv1.StatefulSetRevisionLabel])
+			}
+		}
+		return true, ""
+	})
 }
 
 // (b) The driver says OUT_OF_RANGE for replica 1's volume. OrderedReady stops there: replica 2's
@@ -215,6 +290,56 @@ func TestStatefulSetInfeasibleOrderedStopsParallelContinues(t *testing.T) {
 		if r.Code != 1 || !strings.Contains(r.Stderr, scenario.ClaimName(name, 1)) || !strings.Contains(r.Stderr, driverMessage) {
 			t.Errorf("wait %s: %s; want exit 1 naming %s and the driver's message", name, r, scenario.ClaimName(name, 1))
 		}
+	}
+}
+
+// (b2) DESIGN §3 rule 4 for an error that is not infeasible: the driver answers INTERNAL for
+// replica 1's volume, and csi-resizer keeps retrying it (it clears the error condition at every
+// attempt and sets it again when the attempt fails). The StatefulSet is told — the template's
+// message names the PVC and the error, one VolumeResizeFailing event — but the replica is not
+// counted as infeasible: `wait` does not give up (exit 1), it times out (exit 2) showing the
+// error. The event is not repeated per retry. Once the driver recovers, the resize finishes,
+// the message clears and `wait` exits 0.
+func TestStatefulSetFailingResizeIsReportedNotInfeasible(t *testing.T) {
+	s := startSTSEnv(t)
+	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
+	ids := s.CreateStatefulSet(t, s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 2, Policy: appsv1.ParallelPodManagement, Size: "1Gi"}))
+	s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	failing := scenario.ClaimName("web", 1)
+	const driverMessage = "backend busy"
+	s.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.Internal, Message: driverMessage, VolumeID: ids[failing]}})
+
+	s.RecreateStatefulSet(t, "web", scenario.WithSize("2Gi"))
+	s.waitDone(t, scenario.ClaimName("web", 0), "2Gi")
+	entry := failing + ": resize to 2Gi failing, retried by csi-resizer: Internal: " + driverMessage
+	s.WaitTemplateStatus(t, "web", stsTimeout, func(_ *appsv1.StatefulSet, ts status.Template) (bool, string) {
+		return ts.ReadyReplicas == 1 && ts.InfeasibleReplicas == 0 && ts.Message == entry,
+			fmt.Sprintf("want 1 ready, none infeasible, message %q", entry)
+	})
+	s.WaitStatefulSetEvent(t, "web", plan.EventVolumeResizeFailing, stsTimeout, failing, "Internal: "+driverMessage)
+
+	// Let csi-resizer retry (and fail) twice more: the condition goes and comes back each time.
+	attempts := expandCallsFor(t, s.Env, ids[failing])
+	framework.Eventually(t, stsTimeout, func() (bool, string) {
+		n := expandCallsFor(t, s.Env, ids[failing])
+		return n >= attempts+2, fmt.Sprintf("%d ControllerExpandVolume calls for %s, want %d", n, failing, attempts+2)
+	})
+	if evs := s.StatefulSetEvents(t, "web", plan.EventVolumeResizeFailing); len(evs) != 1 || evs[0].Count != 1 {
+		t.Errorf("VolumeResizeFailing events after %d attempts: %s, want one, recorded once", expandCallsFor(t, s.Env, ids[failing]), describeEvents(evs))
+	}
+	if r := s.wait(t, "web", "--timeout", "3s"); r.Code != 2 || !strings.Contains(r.Stderr, entry) {
+		t.Errorf("wait: %s; want exit 2 (a retried failure is no verdict) showing %q", r, entry)
+	}
+
+	// The driver recovers: csi-resizer's next retry succeeds.
+	s.Driver.SetFaults(t, nil)
+	s.waitDone(t, failing, "2Gi")
+	_, ts := s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	if ts.Message != "" {
+		t.Errorf("message %q after the resize, want none", ts.Message)
+	}
+	if r := s.wait(t, "web"); r.Code != 0 {
+		t.Errorf("wait: %s; want exit 0", r)
 	}
 }
 

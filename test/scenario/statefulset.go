@@ -327,7 +327,11 @@ func (e *Env) Pod(t testing.TB, name string) *v1.Pod {
 	return pod
 }
 
-// StatefulSet reads a StatefulSet and its status annotation (nil when absent).
+// StatefulSet reads a StatefulSet and its status annotation: nil when absent, and nil when the
+// annotation was written for another object (status.ErrOtherObject: a re-created StatefulSet
+// carrying its predecessor's document, see RecreateStatefulSetFromExport), which says nothing
+// about this one until statefulset-resizer rewrites it. An annotation that cannot be decoded
+// fails the test: statefulset-resizer never writes one.
 func (e *Env) StatefulSet(t testing.TB, name string) (*appsv1.StatefulSet, *status.VolumeClaimTemplates) {
 	t.Helper()
 	sts, err := e.Client.AppsV1().StatefulSets(e.Namespace).Get(e.Ctx, name, metav1.GetOptions{})
@@ -335,6 +339,9 @@ func (e *Env) StatefulSet(t testing.TB, name string) (*appsv1.StatefulSet, *stat
 		t.Fatalf("get StatefulSet %s: %v", name, err)
 	}
 	st, err := status.FromStatefulSet(sts)
+	if errors.Is(err, status.ErrOtherObject) {
+		return sts, nil
+	}
 	if err != nil {
 		t.Fatalf("StatefulSet %s: %v", name, err)
 	}
@@ -355,6 +362,8 @@ func (e *Env) WaitTemplateStatus(t testing.TB, name string, timeout time.Duratio
 		st, err := status.FromStatefulSet(sts)
 		switch {
 		case err != nil:
+			// Including status.ErrOtherObject: a document copied from a replaced object is
+			// not this object's status; statefulset-resizer rewrites it, so keep polling.
 			return false, err.Error()
 		case st == nil:
 			return false, "no status annotation yet"
@@ -431,8 +440,23 @@ func containsAll(s string, parts []string) bool {
 // on an apiserver that refuses volumeClaimTemplates changes: `kubectl delete --cascade=orphan`
 // (waiting until the garbage collector has orphaned the pods and the object is gone), then a
 // new object from the old spec changed by mutate, as `kubectl apply` of the edited manifest
-// would create it (no status annotation). It returns the new object.
+// would create it (labels, no annotations: a manifest kept in a repository). It returns the
+// new object.
 func (e *Env) RecreateStatefulSet(t testing.TB, name string, mutate func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
+	t.Helper()
+	return e.recreateStatefulSet(t, name, false, mutate)
+}
+
+// RecreateStatefulSetFromExport is RecreateStatefulSet from a manifest exported from the
+// cluster (`kubectl get -o yaml`, edit, delete --cascade=orphan, apply): the new object also
+// carries the old one's annotations, among them statefulset-resizer's status annotation written
+// for the old object (its uid) — at generation 1 like the new object, and possibly "finished".
+func (e *Env) RecreateStatefulSetFromExport(t testing.TB, name string, mutate func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
+	t.Helper()
+	return e.recreateStatefulSet(t, name, true, mutate)
+}
+
+func (e *Env) recreateStatefulSet(t testing.TB, name string, keepAnnotations bool, mutate func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
 	t.Helper()
 	sets := e.Client.AppsV1().StatefulSets(e.Namespace)
 	old, err := sets.Get(e.Ctx, name, metav1.GetOptions{})
@@ -449,6 +473,12 @@ func (e *Env) RecreateStatefulSet(t testing.TB, name string, mutate func(*appsv1
 	fresh := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: name, Labels: old.Labels},
 		Spec:       *old.Spec.DeepCopy(),
+	}
+	if keepAnnotations {
+		// What an export keeps of metadata besides name and labels; uid, resourceVersion,
+		// generation and the like are what a user strips (the apiserver refuses to create an
+		// object with a resourceVersion).
+		fresh.Annotations = old.Annotations
 	}
 	mutate(fresh)
 	created, err := sets.Create(e.Ctx, fresh, metav1.CreateOptions{})
@@ -494,6 +524,8 @@ type WaitResult struct {
 	Code           int
 	Stdout, Stderr string
 	Took           time.Duration
+	// Ended is when the process had exited.
+	Ended time.Time
 }
 
 func (r WaitResult) String() string {
@@ -502,27 +534,75 @@ func (r WaitResult) String() string {
 
 // Wait runs `statefulset-resizer wait <namespace>/<name> --kubeconfig <kubeconfig>
 // --interval 500ms` followed by args (e.g. --timeout) and returns how it ended. It fails the
-// test if the command does not end within its --timeout plus a minute.
+// test if the command does not end within 5 minutes.
 func (e *Env) Wait(t testing.TB, kubeconfig, name string, args ...string) WaitResult {
 	t.Helper()
+	return e.StartWait(t, kubeconfig, name, args...).Result(t)
+}
+
+// RunningWait is a `statefulset-resizer wait` started by StartWait.
+type RunningWait struct {
+	args   []string
+	done   chan struct{}
+	result WaitResult
+	err    error
+}
+
+// StartWait starts what Wait runs, in the background, so that a test can act and observe while
+// the command waits.
+func (e *Env) StartWait(t testing.TB, kubeconfig, name string, args ...string) *RunningWait {
+	t.Helper()
+	bin := framework.BuildStatefulSetResizer(t)
+	w := &RunningWait{
+		args: append([]string{"wait", e.Namespace + "/" + name, "--kubeconfig", kubeconfig, "--interval", "500ms"}, args...),
+		done: make(chan struct{}),
+	}
 	ctx, cancel := context.WithTimeout(e.Ctx, 5*time.Minute)
-	defer cancel()
-	all := append([]string{"wait", e.Namespace + "/" + name, "--kubeconfig", kubeconfig, "--interval", "500ms"}, args...)
-	cmd := exec.CommandContext(ctx, framework.BuildStatefulSetResizer(t), all...)
+	cmd := exec.CommandContext(ctx, bin, w.args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	err := cmd.Run()
-	r := WaitResult{Stdout: stdout.String(), Stderr: stderr.String(), Took: time.Since(start)}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.ExitCode() >= 0:
-		r.Code = exit.ExitCode()
-	default:
-		t.Fatalf("statefulset-resizer %s: %v (%s)", strings.Join(all, " "), err, r)
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("statefulset-resizer %s: %v", strings.Join(w.args, " "), err)
 	}
-	return r
+	// The goroutine only records the outcome: the test fails (if it must) in Result, on the
+	// test's goroutine. A test that ends without calling Result kills the command (e.Ctx).
+	go func() {
+		defer close(w.done)
+		defer cancel()
+		err := cmd.Wait()
+		w.result = WaitResult{Stdout: stdout.String(), Stderr: stderr.String(), Took: time.Since(start), Ended: time.Now()}
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &exit) && exit.ExitCode() >= 0:
+			w.result.Code = exit.ExitCode()
+		default:
+			w.err = err
+		}
+	}()
+	return w
+}
+
+// Exited reports whether the command has ended, without waiting.
+func (w *RunningWait) Exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Result waits until the command has ended and returns how.
+func (w *RunningWait) Result(t testing.TB) WaitResult {
+	t.Helper()
+	<-w.done
+	if w.err != nil {
+		t.Fatalf("statefulset-resizer %s: %v (%s)", strings.Join(w.args, " "), w.err, w.result)
+	}
+	return w.result
 }
 
 // APIServerRequests returns kube-apiserver's apiserver_request_total summed over the samples

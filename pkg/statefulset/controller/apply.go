@@ -129,17 +129,29 @@ func (c *Controller) writeStatus(ctx context.Context, sts *appsv1.StatefulSet, d
 // recordEvents records the decision's events, each once while it holds: a
 // stuck replica is re-evaluated on every change of its StatefulSet, and an
 // event per evaluation would compete with real work for the API QPS.
+//
+// "While it holds" spans the resizer's retries. csi-resizer clears a final
+// error (e.g. Internal, or an infeasible one) from the PVC when it starts the
+// next attempt and sets it again when that fails, so between the two the
+// replica is merely pending. Forgetting the event then would record it again
+// on every retry; so a replica that is pending with nothing to patch and no
+// event keeps its remembered one. It is forgotten when the replica is ready,
+// gets a patch (a new resize), or reports another problem.
 func (c *Controller) recordEvents(sts *appsv1.StatefulSet, key string, d *plan.Decision) {
 	current := map[string]string{}
+	keep := map[string]bool{}
 	for _, td := range d.Templates {
 		for _, rd := range td.Replicas {
-			if rd.Event != nil {
-				current[rd.PVCName] = rd.Event.Reason + "\x00" + rd.Event.Message
+			switch {
+			case rd.Event != nil:
+				current[rd.PVCName] = eventIdentity(rd.Event)
+			case rd.State == plan.Pending && rd.Patch == nil:
+				keep[rd.PVCName] = true
 			}
 		}
 	}
 	fresh := map[string]bool{}
-	for _, pvc := range c.events.update(key, current) {
+	for _, pvc := range c.events.update(key, current, keep) {
 		fresh[pvc] = true
 	}
 	for _, td := range d.Templates { // in template and ordinal order
@@ -149,6 +161,14 @@ func (c *Controller) recordEvents(sts *appsv1.StatefulSet, key string, d *plan.D
 			}
 		}
 	}
+}
+
+// eventIdentity is what makes two events on a PVC the same problem.
+func eventIdentity(ev *plan.Event) string {
+	if ev.Key != "" {
+		return ev.Reason + "\x00key\x00" + ev.Key
+	}
+	return ev.Reason + "\x00" + ev.Message
 }
 
 // eventCache remembers, per StatefulSet key, the event last recorded for each
@@ -162,20 +182,28 @@ func newEventCache() *eventCache { return &eventCache{seen: map[string]map[strin
 
 // update stores current as the events that hold for key and returns the
 // PVCs whose event is new or changed. PVCs absent from current are forgotten,
-// so a problem that comes back is reported again.
-func (e *eventCache) update(key string, current map[string]string) []string {
+// so a problem that comes back is reported again, except those in keep, whose
+// remembered event (if any) is kept: their problem has not gone away yet.
+func (e *eventCache) update(key string, current map[string]string, keep map[string]bool) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var fresh []string
+	next := make(map[string]string, len(current))
 	for pvc, ev := range current {
 		if e.seen[key][pvc] != ev {
 			fresh = append(fresh, pvc)
 		}
+		next[pvc] = ev
 	}
-	if len(current) == 0 {
+	for pvc, ev := range e.seen[key] {
+		if _, ok := next[pvc]; !ok && keep[pvc] {
+			next[pvc] = ev
+		}
+	}
+	if len(next) == 0 {
 		delete(e.seen, key)
 	} else {
-		e.seen[key] = current
+		e.seen[key] = next
 	}
 	return fresh
 }

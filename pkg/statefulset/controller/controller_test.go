@@ -494,23 +494,119 @@ func TestIsPermanent(t *testing.T) {
 
 func TestEventCache(t *testing.T) {
 	e := newEventCache()
-	if got := e.update("k", map[string]string{"a": "1", "b": "1"}); len(got) != 2 {
+	if got := e.update("k", map[string]string{"a": "1", "b": "1"}, nil); len(got) != 2 {
 		t.Errorf("first: %v", got)
 	}
-	if got := e.update("k", map[string]string{"a": "1", "b": "2"}); strings.Join(got, ",") != "b" {
+	if got := e.update("k", map[string]string{"a": "1", "b": "2"}, nil); strings.Join(got, ",") != "b" {
 		t.Errorf("changed message: %v", got)
 	}
-	e.update("k", map[string]string{"b": "2"}) // a resolved
-	if got := e.update("k", map[string]string{"a": "1", "b": "2"}); strings.Join(got, ",") != "a" {
+	e.update("k", map[string]string{"b": "2"}, nil) // a resolved
+	if got := e.update("k", map[string]string{"a": "1", "b": "2"}, nil); strings.Join(got, ",") != "a" {
 		t.Errorf("recurring problem not reported again: %v", got)
 	}
+	// a is kept (pending, e.g. the resizer retrying): when its event
+	// returns, it is not new; b, not kept, is forgotten.
+	e.update("k", nil, map[string]bool{"a": true})
+	if got := e.update("k", map[string]string{"a": "1", "b": "2"}, nil); strings.Join(got, ",") != "b" {
+		t.Errorf("after a kept gap: %v, want only the forgotten b", got)
+	}
+	// Keeping a PVC with no remembered event remembers nothing.
+	e.update("k", nil, map[string]bool{"c": true})
+	if len(e.seen) != 0 {
+		t.Errorf("keep without an event left state %v", e.seen)
+	}
+	e.update("k", map[string]string{"a": "1"}, nil)
 	e.forget("k")
 	if len(e.seen) != 0 {
 		t.Error("forget left state")
 	}
-	e.update("k", nil)
+	e.update("k", nil, nil)
 	if len(e.seen) != 0 {
 		t.Error("empty update left state")
+	}
+}
+
+// DESIGN §3 rule 4 for errors that are not infeasible: a ControllerResizeError
+// with reason Internal (state still ControllerResizeInProgress: csi-resizer
+// retries) reaches the StatefulSet as a VolumeResizeFailing event and an
+// entry in the status message, without counting the replica as infeasible.
+// The event comes once per problem: not again when csi-resizer clears the
+// error to retry and sets it again (with another driver message), only when
+// the error code changes.
+func TestFailingResizeIsSurfacedOncePerProblem(t *testing.T) {
+	objs := cluster(2, appsv1.ParallelPodManagement, "10Gi", "10Gi")
+	for _, o := range objs {
+		if p, ok := o.(*corev1.PersistentVolumeClaim); ok {
+			p.Status.Capacity[corev1.ResourceStorage] = resource.MustParse("1Gi")
+		}
+	}
+	h := newHarness(t, objs...)
+	setError := func(code, message string) {
+		h.updatePVCStatus("data-web-1", func(s *corev1.PersistentVolumeClaimStatus) {
+			s.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}
+			s.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+				corev1.ResourceStorage: corev1.PersistentVolumeClaimControllerResizeInProgress}
+			s.Conditions = nil
+			if code != "" {
+				s.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimControllerResizeError,
+					Status: corev1.ConditionTrue, Reason: code, Message: message}}
+			}
+		})
+		h.cached()
+		if err := h.sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantStatus := func(step, message string) {
+		t.Helper()
+		want := status.Template{TemplateName: "data", InfeasibleReplicas: 0, Message: message}
+		if st := h.status(); len(st.Templates) != 1 || st.Templates[0] != want {
+			t.Errorf("%s: status %+v, want %+v", step, st, want)
+		}
+	}
+
+	setError("Internal", "backend busy (request 1)")
+	if ev := h.events(); len(ev) != 1 || !hasEvent(ev, "Warning", plan.EventVolumeResizeFailing, "data-web-1",
+		"resize to 10Gi failing, retried by csi-resizer: Internal: backend busy (request 1)") {
+		t.Errorf("events %q, want one VolumeResizeFailing for data-web-1", ev)
+	}
+	wantStatus("failing", "data-web-1: resize to 10Gi failing, retried by csi-resizer: Internal: backend busy (request 1)")
+	if err := testutil.GatherAndCompare(h.registry, strings.NewReader(`
+# HELP statefulset_resizer_replicas_infeasible [ALPHA] Replicas of a StatefulSet whose PVC of a volume claim template cannot reach the template size without a user action.
+# TYPE statefulset_resizer_replicas_infeasible gauge
+statefulset_resizer_replicas_infeasible{namespace="ns",statefulset="web",template="data"} 0
+`), "statefulset_resizer_replicas_infeasible"); err != nil {
+		t.Error(err)
+	}
+
+	// csi-resizer starts its retry: a final error is cleared meanwhile.
+	setError("", "")
+	wantStatus("retrying", "")
+	// The retry fails the same way, with another request id in the message.
+	setError("Internal", "backend busy (request 2)")
+	if ev := h.events(); len(ev) != 0 {
+		t.Errorf("events after a retry with the same error: %q, want none", ev)
+	}
+	wantStatus("failing again", "data-web-1: resize to 10Gi failing, retried by csi-resizer: Internal: backend busy (request 2)")
+
+	// Another error code is another problem.
+	setError("Unavailable", "connection refused")
+	if ev := h.events(); len(ev) != 1 || !hasEvent(ev, plan.EventVolumeResizeFailing, "data-web-1", "Unavailable: connection refused") {
+		t.Errorf("events after a new error code %q, want one VolumeResizeFailing", ev)
+	}
+
+	// Resolved (ready) and failing again later: told again.
+	h.finishResize("data-web-1")
+	h.cached()
+	if err := h.sync(); err != nil {
+		t.Fatal(err)
+	}
+	h.updatePVCStatus("data-web-1", func(s *corev1.PersistentVolumeClaimStatus) {
+		s.Capacity[corev1.ResourceStorage] = resource.MustParse("1Gi")
+	})
+	setError("Unavailable", "connection refused")
+	if ev := h.events(); len(ev) != 1 || !hasEvent(ev, plan.EventVolumeResizeFailing, "data-web-1") {
+		t.Errorf("events after the problem came back %q, want one VolumeResizeFailing", ev)
 	}
 }
 

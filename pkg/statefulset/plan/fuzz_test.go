@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -65,7 +67,13 @@ func randomWorld(b *byteSource) *world {
 	}
 	states := []corev1.ClaimResourceStatus{"",
 		corev1.PersistentVolumeClaimControllerResizeInProgress, corev1.PersistentVolumeClaimControllerResizeInfeasible,
-		corev1.PersistentVolumeClaimNodeResizePending, corev1.PersistentVolumeClaimNodeResizeInfeasible}
+		corev1.PersistentVolumeClaimNodeResizePending, corev1.PersistentVolumeClaimNodeResizeInfeasible,
+		corev1.PersistentVolumeClaimNodeResizeInProgress}
+	// Error conditions as csi-resizer (gRPC code, or Uncertain) and the
+	// kubelet write them: infeasible codes, a final one, a transient one.
+	errorTypes := []corev1.PersistentVolumeClaimConditionType{
+		corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError}
+	errorCodes := []string{"OutOfRange", "Internal", "Uncertain", "DeadlineExceeded", ""}
 	for _, name := range sortedKeys(w.pvcs) {
 		pvc := w.pvcs[name]
 		if b.pick(8) == 0 {
@@ -82,8 +90,8 @@ func randomWorld(b *byteSource) *world {
 			pvc.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: b.size()}
 		}
 		if b.pick(4) == 0 {
-			pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimControllerResizeError,
-				Status: corev1.ConditionTrue, Reason: []string{"OutOfRange", "Internal"}[b.pick(2)], Message: "m"}}
+			pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: errorTypes[b.pick(len(errorTypes))],
+				Status: corev1.ConditionTrue, Reason: errorCodes[b.pick(len(errorCodes))], Message: "m"}}
 		}
 		if b.pick(5) == 0 {
 			pvc.Status.Phase = corev1.ClaimPending
@@ -114,7 +122,11 @@ func randomWorld(b *byteSource) *world {
 //   - a replica is Ready exactly when its capacity reaches the template
 //     (DESIGN §3.5), whatever its request above the template;
 //   - an infeasible verdict is only taken for the size the resizer tried;
-//   - the status counts add up.
+//   - a failing (retried) resize is reported only from an error condition
+//     about the size the resizer tried, is Pending (never counted as
+//     infeasible), and is the only thing with a VolumeResizeFailing event;
+//   - the status counts add up, and the message names at most
+//     maxMessageEntries replicas, then "and N more".
 func FuzzDecideInvariants(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 3, 1, 4, 2, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
@@ -169,6 +181,17 @@ func FuzzDecideInvariants(f *testing.F) {
 					if tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]; ok && rd.Reason == ReasonResizeInfeasible && tried.Cmp(request) != 0 {
 						t.Fatalf("%s infeasible on a verdict for %s, but the request is %s", rd.PVCName, &tried, &request)
 					}
+					if rd.Reason == ReasonResizeFailing {
+						if rd.State != Pending || rd.Patch != nil {
+							t.Fatalf("%s failing but %s with patch %v: a retried failure is pending", rd.PVCName, rd.State, rd.Patch)
+						}
+						if lastResizeError(pvc) == nil {
+							t.Fatalf("%s failing without an error condition: %+v", rd.PVCName, pvc.Status)
+						}
+						if tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]; ok && tried.Cmp(request) != 0 {
+							t.Fatalf("%s failing on an error for %s, but the request is %s", rd.PVCName, &tried, &request)
+						}
+					}
 					if rd.State == Ready && capacity.Cmp(td.Size) < 0 {
 						t.Fatalf("%s Ready with capacity %s below the template's %s", rd.PVCName, &capacity, &td.Size)
 					}
@@ -178,6 +201,9 @@ func FuzzDecideInvariants(f *testing.F) {
 					if eligible && capacity.Cmp(td.Size) >= 0 && request.Cmp(td.Size) >= 0 && rd.State != Ready {
 						t.Fatalf("%s (request %s, capacity %s, template %s) is %s/%s, want Ready", rd.PVCName, &request, &capacity, &td.Size, rd.State, rd.Reason)
 					}
+				}
+				if (rd.Event != nil && rd.Event.Reason == EventVolumeResizeFailing) != (rd.Reason == ReasonResizeFailing) {
+					t.Fatalf("%s: reason %s with event %+v", rd.PVCName, rd.Reason, rd.Event)
 				}
 				if d.Ordered && unfinished {
 					touched := rd.Patch != nil || (rd.Event != nil && rd.Event.Reason == EventFailedToPatchPVC)
@@ -200,6 +226,24 @@ func FuzzDecideInvariants(f *testing.F) {
 			if (ts.FinishedReconciliationGeneration == d.Generation) != (ts.ReadyReplicas == d.DesiredReplicas) &&
 				ts.FinishedReconciliationGeneration != 0 {
 				t.Fatalf("finished generation %d with %d/%d ready", ts.FinishedReconciliationGeneration, ts.ReadyReplicas, d.DesiredReplicas)
+			}
+			// Entries: the Failed replicas, the failing ones, those left above
+			// the template. Each entry starts with its PVC name and a colon.
+			entries, named := 0, 0
+			for _, rd := range d.Templates[i].Replicas {
+				if rd.State == Failed || rd.Reason == ReasonResizeFailing ||
+					rd.Reason == ReasonNotRaisedByController || rd.Reason == ReasonShrinkBelowCapacity {
+					entries++
+				}
+				if strings.HasPrefix(ts.Message, rd.PVCName+": ") || strings.Contains(ts.Message, "; "+rd.PVCName+": ") {
+					named++
+				}
+			}
+			if want := min(entries, maxMessageEntries); named != want {
+				t.Fatalf("message names %d replicas, want %d of %d entries: %q", named, want, entries, ts.Message)
+			}
+			if more := entries - maxMessageEntries; more > 0 && !strings.HasSuffix(ts.Message, fmt.Sprintf("; and %d more", more)) {
+				t.Fatalf("message %q lacks \"and %d more\"", ts.Message, more)
 			}
 		}
 	})

@@ -49,6 +49,13 @@ const (
 	// EventVolumeResizeInfeasible: the resizer (CSI driver or kubelet) marked
 	// the expansion infeasible (KEP-1790 state or error condition).
 	EventVolumeResizeInfeasible = "VolumeResizeInfeasible"
+	// EventVolumeResizeFailing: the last attempt of the expansion failed
+	// with an error that is not infeasible (a ControllerResizeError or
+	// NodeResizeError condition, e.g. Internal), and csi-resizer or the
+	// kubelet retries it. Told on the StatefulSet because that is where the
+	// user of a StatefulSet looks; deduplicated by Event.Key, so it comes
+	// once per PVC, size and error code rather than once per retry.
+	EventVolumeResizeFailing = "VolumeResizeFailing"
 )
 
 // State is where one replica's PVC of one template stands.
@@ -85,6 +92,11 @@ const (
 	ReasonNotRaisedByController     = "NotRaisedByController"
 	ReasonPatchRejected             = "PatchRejected"
 	ReasonResizeInfeasible          = "ResizeInfeasible"
+	// ReasonResizeFailing: the resizer's last attempt at the template size
+	// failed and is being retried. Pending, not Failed: no user action is
+	// needed for the retry, so it is neither infeasible nor a reason for
+	// `wait` to give up.
+	ReasonResizeFailing = "ResizeFailing"
 )
 
 // Why the whole StatefulSet was left alone this time.
@@ -157,6 +169,12 @@ type ReplicaDecision struct {
 type Event struct {
 	Reason  string
 	Message string
+	// Key names the problem the event reports, for deduplication: an event
+	// is recorded again for a PVC only when its Reason or Key changes. Empty
+	// means the Message is the key. It is set where the message carries
+	// details that change without the problem changing (a driver's message
+	// may hold a request id), which would otherwise give an event per retry.
+	Key string
 }
 
 // PVCPatch is a change of a PVC's storage request plus the bookkeeping
@@ -244,8 +262,8 @@ func Decide(in Input) *Decision {
 // holdBack turns a decision for a replica behind an unfinished one (in an
 // OrderedReady StatefulSet) into "wait": no patch, and no predicted patch
 // failure either, since no patch is being attempted. Observed facts (Ready,
-// or infeasible as reported by the resizer) are kept: they are true whether
-// or not we act.
+// or infeasible or failing as reported by the resizer) are kept: they are
+// true whether or not we act.
 func holdBack(rd ReplicaDecision) ReplicaDecision {
 	if rd.Patch == nil && rd.State == Ready {
 		// A Ready replica left above the template is told about (event)
@@ -256,7 +274,7 @@ func holdBack(rd ReplicaDecision) ReplicaDecision {
 		}
 		return rd
 	}
-	if rd.Patch == nil && rd.Reason == ReasonResizeInfeasible {
+	if rd.Patch == nil && (rd.Reason == ReasonResizeInfeasible || rd.Reason == ReasonResizeFailing) {
 		return rd
 	}
 	return ReplicaDecision{
@@ -378,8 +396,21 @@ func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVo
 		}
 		return failed(EventVolumeResizeInfeasible, ReasonResizeInfeasible, "cannot resize to %s: %s", size, detail)
 	}
-	if detail := lastResizeError(pvc); detail != "" {
-		return pending(ReasonResizing, "resizing from %s to %s, last error: %s", &capacity, size, detail)
+	if e := lastResizeError(pvc); e != nil {
+		if tried, stale := staleAttempt(pvc, &request); stale {
+			// The error is about another size; the resizer has yet to try
+			// this one (as for a stale infeasible verdict above).
+			return pending(ReasonResizing, "resizing from %s to %s; the last attempt, for %s, failed: %s", &capacity, size, &tried, e.detail)
+		}
+		// Not infeasible: the resizer retries on its own, so the replica
+		// stays Pending (nothing for `wait` to fail on), but the user of the
+		// StatefulSet is told, in the status message and with an event.
+		rd.State, rd.Reason = Pending, ReasonResizeFailing
+		rd.Message = fmt.Sprintf("resize to %s failing, retried by %s: %s", size, e.retriedBy, e.detail)
+		rd.Event = &Event{Reason: EventVolumeResizeFailing,
+			Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message),
+			Key:     fmt.Sprintf("%s %s %s", size, e.condition, e.code)}
+		return rd
 	}
 	return pending(ReasonResizing, "resizing from %s to %s", &capacity, size)
 }
@@ -419,6 +450,14 @@ func aboveTemplate(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, raised
 	}
 	rd.State = Pending
 	rd.Message += fmt.Sprintf("; waiting for the capacity %s to reach the template", capacity)
+	if e := lastResizeError(pvc); e != nil {
+		// Already in the status message (as a request left above the
+		// template); say why the capacity does not move. Its one event is
+		// the FailedToPatchPVC above.
+		if _, stale := staleAttempt(pvc, request); !stale {
+			rd.Message += fmt.Sprintf("; resize to %s failing, retried by %s: %s", request, e.retriedBy, e.detail)
+		}
+	}
 	return rd
 }
 
@@ -518,15 +557,31 @@ func staleAttempt(pvc *corev1.PersistentVolumeClaim, request *resource.Quantity)
 	return tried, ok && tried.Cmp(*request) != 0
 }
 
-func lastResizeError(pvc *corev1.PersistentVolumeClaim) string {
-	for _, t := range []corev1.PersistentVolumeClaimConditionType{
-		corev1.PersistentVolumeClaimControllerResizeError, corev1.PersistentVolumeClaimNodeResizeError,
+// resizeError is a KEP-1790 error condition that is not an infeasible
+// verdict: the last attempt failed and is retried.
+type resizeError struct {
+	condition corev1.PersistentVolumeClaimConditionType
+	code      string // the condition's reason: the gRPC code, or Uncertain
+	detail    string // "<code>: <message>"
+	retriedBy string // who retries: csi-resizer (controller) or the kubelet (node)
+}
+
+// lastResizeError returns the PVC's error condition, controller side first
+// (node expansion only starts after it succeeded), or nil. Callers have ruled
+// out infeasibility, so the error is one that is retried.
+func lastResizeError(pvc *corev1.PersistentVolumeClaim) *resizeError {
+	for _, t := range []struct {
+		condition corev1.PersistentVolumeClaimConditionType
+		retriedBy string
+	}{
+		{corev1.PersistentVolumeClaimControllerResizeError, "csi-resizer"},
+		{corev1.PersistentVolumeClaimNodeResizeError, "the kubelet"},
 	} {
-		if c := condition(pvc, t); c != nil {
-			return describe("", c)
+		if c := condition(pvc, t.condition); c != nil {
+			return &resizeError{condition: t.condition, code: c.Reason, detail: describe("", c), retriedBy: t.retriedBy}
 		}
 	}
-	return ""
+	return nil
 }
 
 func condition(pvc *corev1.PersistentVolumeClaim, t corev1.PersistentVolumeClaimConditionType) *corev1.PersistentVolumeClaimCondition {
@@ -649,9 +704,11 @@ func (d *Decision) Status() status.VolumeClaimTemplates {
 	return out
 }
 
-// failureMessage lists the infeasible replicas first, then the replicas
-// whose request is left above the template (counted by their capacity, see
-// aboveTemplate), at most maxMessageEntries in all.
+// failureMessage lists the infeasible replicas first, then those whose
+// resize is failing and retried (not counted as infeasible: they need no
+// user action, but a user waiting on them should know why nothing moves),
+// then the replicas whose request is left above the template (counted by
+// their capacity, see aboveTemplate), at most maxMessageEntries in all.
 func failureMessage(td *TemplateDecision) string {
 	var parts []string
 	more := 0
@@ -665,6 +722,11 @@ func failureMessage(td *TemplateDecision) string {
 	for i := range td.Replicas {
 		if td.Replicas[i].State == Failed {
 			add(&td.Replicas[i])
+		}
+	}
+	for i := range td.Replicas {
+		if rd := &td.Replicas[i]; rd.State != Failed && rd.Reason == ReasonResizeFailing {
+			add(rd)
 		}
 	}
 	for i := range td.Replicas {

@@ -501,10 +501,10 @@ func TestInfeasibilityDetection(t *testing.T) {
 			"", "resize2fs failed", ReasonResizeInfeasible, "resize2fs failed"},
 		{"infeasible code in condition only (legacy resizer)", "", corev1.PersistentVolumeClaimControllerResizeError,
 			"InvalidArgument", "bad size", ReasonResizeInfeasible, "InvalidArgument: bad size"},
-		{"final but not infeasible error: still resizing", corev1.PersistentVolumeClaimControllerResizeInProgress,
-			corev1.PersistentVolumeClaimControllerResizeError, "Internal", "boom", ReasonResizing, "Internal: boom"},
-		{"transient error: still resizing", corev1.PersistentVolumeClaimControllerResizeInProgress,
-			corev1.PersistentVolumeClaimControllerResizeError, "Uncertain", "timeout", ReasonResizing, "Uncertain: timeout"},
+		{"final but not infeasible error: failing, retried", corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Internal", "boom", ReasonResizeFailing, "Internal: boom"},
+		{"transient error: failing, retried", corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Uncertain", "timeout", ReasonResizeFailing, "Uncertain: timeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -517,8 +517,9 @@ func TestInfeasibilityDetection(t *testing.T) {
 			if rd.Reason != tc.wantReason || !strings.Contains(rd.Message, tc.wantDetail) {
 				t.Errorf("got %s %q, want %s containing %q", rd.Reason, rd.Message, tc.wantReason, tc.wantDetail)
 			}
-			if (rd.Event != nil) != (tc.wantReason == ReasonResizeInfeasible) {
-				t.Errorf("event = %+v", rd.Event)
+			wantEvent := map[string]string{ReasonResizeInfeasible: EventVolumeResizeInfeasible, ReasonResizeFailing: EventVolumeResizeFailing}[tc.wantReason]
+			if (rd.Event == nil && wantEvent != "") || (rd.Event != nil && rd.Event.Reason != wantEvent) {
+				t.Errorf("event = %+v, want reason %q", rd.Event, wantEvent)
 			}
 		})
 	}
@@ -696,4 +697,198 @@ func TestInfeasibleVerdictIsForTheSizeTried(t *testing.T) {
 	d = w.decide(t)
 	expect(t, "reasons when 5Gi is infeasible", reasons(d, "data"), []string{ReasonResizeInfeasible})
 	expect(t, "events when 5Gi is infeasible", events(d), []string{"VolumeResizeInfeasible:data-web-0"})
+}
+
+// DESIGN §3 rule 4: the ControllerResizeError/NodeResizeError conditions are
+// surfaced on the StatefulSet, also when they are not infeasible. Such a
+// replica (csi-resizer or the kubelet retries) is pending, not infeasible —
+// `wait` must not give up on it — but its PVC and error are in the template's
+// status message and a VolumeResizeFailing event.
+func TestFailingResizeIsReportedNotInfeasible(t *testing.T) {
+	cases := []struct {
+		name        string
+		state       corev1.ClaimResourceStatus
+		cond        corev1.PersistentVolumeClaimConditionType
+		code, msg   string
+		triedOther  bool // allocatedResources is another size than the request
+		wantReason  string
+		wantMessage string // the template's status message; "" = none
+	}{
+		{name: "final error, state in progress", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
+			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy",
+			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Internal: backend busy"},
+		{name: "transient error", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
+			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "DeadlineExceeded", msg: "timed out",
+			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: DeadlineExceeded: timed out"},
+		{name: "error without gRPC status", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
+			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Uncertain", msg: "connection reset",
+			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Uncertain: connection reset"},
+		{name: "condition only (resizer without KEP-1790 state)",
+			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "FailedPrecondition", msg: "volume in use",
+			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: FailedPrecondition: volume in use"},
+		{name: "node error, retried by the kubelet", state: corev1.PersistentVolumeClaimNodeResizeInProgress,
+			cond: corev1.PersistentVolumeClaimNodeResizeError, code: "", msg: "resize2fs: device busy",
+			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by the kubelet: resize2fs: device busy"},
+		{name: "error from an attempt at another size: not yet about this one", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
+			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy", triedOther: true,
+			wantReason: ReasonResizing},
+	}
+	for _, tc := range cases {
+		for _, policy := range policies {
+			t.Run(tc.name+"/"+string(policy), func(t *testing.T) {
+				w := newWorld(3, policy, "data=1Gi")
+				w.setTemplate("data", "10Gi")
+				for i := 0; i < 3; i++ { // enough rounds for OrderedReady
+					w.apply(w.decide(t))
+					w.finishResize("data-web-0")
+				}
+				w.markInfeasible("data-web-1", tc.state, tc.cond, tc.code, tc.msg)
+				if tc.triedOther {
+					w.pvcs["data-web-1"].Status.AllocatedResources[corev1.ResourceStorage] = resourceMust("20Gi")
+				}
+				if policy == parallel {
+					w.pvcs["data-web-2"].Status.Capacity[corev1.ResourceStorage] = resourceMust("10Gi")
+				}
+				d := w.decide(t)
+				rd := d.Templates[0].Replicas[1]
+				if rd.State != Pending || rd.Reason != tc.wantReason || rd.Patch != nil {
+					t.Errorf("replica 1: %s/%s patch %v, want Pending/%s and no patch", rd.State, rd.Reason, rd.Patch, tc.wantReason)
+				}
+				ts := templateStatus(t, d, "data")
+				if ts.InfeasibleReplicas != 0 || ts.FinishedReconciliationGeneration == d.Generation {
+					t.Errorf("status %+v: a retried failure counted as infeasible or finished", ts)
+				}
+				if ts.Message != tc.wantMessage {
+					t.Errorf("message %q, want %q", ts.Message, tc.wantMessage)
+				}
+				if tc.wantReason == ReasonResizeFailing {
+					expect(t, "events", events(d), []string{"VolumeResizeFailing:data-web-1"})
+					if want := "PVC data-web-1 of pod web-1: " + strings.TrimPrefix(tc.wantMessage, "data-web-1: "); rd.Event.Message != want {
+						t.Errorf("event message %q, want %q", rd.Event.Message, want)
+					}
+				} else {
+					expect(t, "events", events(d), nil)
+					if !strings.Contains(rd.Message, "the last attempt, for 20Gi, failed: Internal: backend busy") {
+						t.Errorf("replica message %q should say the error was about 20Gi", rd.Message)
+					}
+				}
+				// OrderedReady stops at the failing replica, like at any unfinished one.
+				if policy == ordered {
+					expect(t, "reasons", reasons(d, "data")[2:], []string{ReasonWaitingForPreviousReplica})
+				}
+			})
+		}
+	}
+}
+
+// The VolumeResizeFailing event is deduplicated by its Key (size, condition
+// and code), not by its message: a driver message that changes with every
+// retry (a request id) is the same problem; another code or size is not.
+func TestFailingEventKey(t *testing.T) {
+	key := func(size, code, msg string) string {
+		w := newWorld(1, parallel, "data=1Gi")
+		w.setTemplate("data", size)
+		w.apply(w.decide(t))
+		w.markInfeasible("data-web-0", corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, code, msg)
+		ev := w.decide(t).Templates[0].Replicas[0].Event
+		if ev == nil || ev.Reason != EventVolumeResizeFailing || ev.Key == "" {
+			t.Fatalf("event %+v, want VolumeResizeFailing with a key", ev)
+		}
+		return ev.Key
+	}
+	base := key("10Gi", "Internal", "busy, request 1")
+	if k := key("10Gi", "Internal", "busy, request 2"); k != base {
+		t.Errorf("another driver message: key %q != %q", k, base)
+	}
+	if k := key("10Gi", "Unavailable", "busy, request 1"); k == base {
+		t.Errorf("another code: same key %q", k)
+	}
+	if k := key("20Gi", "Internal", "busy, request 1"); k == base {
+		t.Errorf("another size: same key %q", k)
+	}
+}
+
+// A failing replica behind an unfinished one (OrderedReady) is still reported:
+// like an infeasible verdict it is an observed fact, not an action of ours.
+func TestFailingReplicaHeldBackIsStillReported(t *testing.T) {
+	w := newWorld(2, ordered, "data=1Gi")
+	w.setTemplate("data", "10Gi")
+	w.apply(w.decide(t))
+	w.finishResize("data-web-0")
+	w.apply(w.decide(t))
+	w.markInfeasible("data-web-1", corev1.PersistentVolumeClaimControllerResizeInProgress,
+		corev1.PersistentVolumeClaimControllerResizeError, "Internal", "backend busy")
+	w.pods["web-0"].Status.Phase = corev1.PodPending // replica 0 restarts: the walk stops there
+	d := w.decide(t)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonPodNotRunning, ReasonResizeFailing})
+	expect(t, "events", events(d), []string{"VolumeResizeFailing:data-web-1"})
+	expect(t, "patches", patches(d), nil)
+	if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "data-web-1: resize to 10Gi failing") {
+		t.Errorf("message %q", msg)
+	}
+}
+
+// The status message orders infeasible replicas first, then failing ones,
+// then requests left above the template, and stays bounded with failing
+// replicas in it.
+func TestStatusMessageOrderAndBoundWithFailingReplicas(t *testing.T) {
+	w := newWorld(5, parallel, "data=1Gi")
+	w.setTemplate("data", "10Gi")
+	w.apply(w.decide(t))
+	// web-0 and web-1 failing (in ordinal order), web-4 infeasible.
+	for _, name := range []string{"data-web-0", "data-web-1"} {
+		w.markInfeasible(name, corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Internal", "busy")
+	}
+	w.markInfeasible("data-web-4", corev1.PersistentVolumeClaimControllerResizeInfeasible,
+		corev1.PersistentVolumeClaimControllerResizeError, "OutOfRange", "pool full")
+	// web-3 was raised by a person above the template, and is not there yet.
+	w.pvcs["data-web-3"].Spec.Resources.Requests[corev1.ResourceStorage] = resourceMust("20Gi")
+	w.pvcs["data-web-3"].Annotations = nil
+	d := w.decide(t)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonResizeFailing, ReasonResizeFailing, ReasonResizing, ReasonNotRaisedByController, ReasonResizeInfeasible})
+	ts := templateStatus(t, d, "data")
+	if ts.InfeasibleReplicas != 1 {
+		t.Errorf("infeasibleReplicas %d, want 1 (failing replicas are not infeasible)", ts.InfeasibleReplicas)
+	}
+	parts := strings.Split(ts.Message, "; ")
+	var heads []string
+	for _, p := range parts {
+		heads = append(heads, strings.SplitN(p, ":", 2)[0])
+	}
+	expect(t, "message entries", heads, []string{"data-web-4", "data-web-0", "data-web-1", "and 1 more"})
+
+	// All five failing: three named, then "and 2 more".
+	w = newWorld(5, parallel, "data=1Gi")
+	w.setTemplate("data", "10Gi")
+	w.apply(w.decide(t))
+	for name := range w.pvcs {
+		w.markInfeasible(name, corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Internal", "busy")
+	}
+	msg := templateStatus(t, w.decide(t), "data").Message
+	if strings.Count(msg, "failing, retried by csi-resizer") != maxMessageEntries || !strings.HasSuffix(msg, "; and 2 more") {
+		t.Errorf("message %q, want %d entries and \"and 2 more\"", msg, maxMessageEntries)
+	}
+}
+
+// A request a person raised above the template, that the resizer keeps
+// failing to reach: its status message entry (a request left above the
+// template) says why the capacity does not move; its one event stays the
+// FailedToPatchPVC, and it is not infeasible.
+func TestAboveTemplateFailingResizeIsInMessage(t *testing.T) {
+	w := newWorld(1, parallel, "data=1Gi")
+	w.pvcs["data-web-0"].Spec.Resources.Requests[corev1.ResourceStorage] = resourceMust("8Gi")
+	w.markInfeasible("data-web-0", corev1.PersistentVolumeClaimControllerResizeInProgress,
+		corev1.PersistentVolumeClaimControllerResizeError, "Internal", "backend busy")
+	w.setTemplate("data", "2Gi")
+	d := w.decide(t)
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonNotRaisedByController})
+	expect(t, "events", events(d), []string{"FailedToPatchPVC:data-web-0"})
+	expectStatus(t, d, "data", 0, 0, 0)
+	if msg := templateStatus(t, d, "data").Message; !strings.HasPrefix(msg, "data-web-0: not lowering the request from 8Gi") ||
+		!strings.HasSuffix(msg, "; resize to 8Gi failing, retried by csi-resizer: Internal: backend busy") {
+		t.Errorf("message %q", msg)
+	}
 }

@@ -53,7 +53,9 @@ type Template struct {
 	// volume cannot shrink, ...).
 	InfeasibleReplicas int32 `json:"infeasibleReplicas"`
 	// Message explains the infeasible replicas (PVC names and driver
-	// messages), then the PVCs whose request is left above the template.
+	// messages), then the replicas whose resize is failing and retried (not
+	// infeasible), then the PVCs whose request is left above the template;
+	// at most three, then "and N more".
 	Message string `json:"message,omitempty"`
 }
 

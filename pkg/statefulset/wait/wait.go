@@ -80,7 +80,13 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 		case ts.InfeasibleReplicas > 0:
 			infeasible = append(infeasible, fmt.Sprintf("template %s: %d infeasible replica(s): %s", name, ts.InfeasibleReplicas, ts.Message))
 		case ts.FinishedReconciliationGeneration != sts.Generation:
-			pending = append(pending, fmt.Sprintf("template %s: %d of %d replicas ready", name, ts.ReadyReplicas, replicas(sts)))
+			progress := fmt.Sprintf("template %s: %d of %d replicas ready", name, ts.ReadyReplicas, replicas(sts))
+			if ts.Message != "" {
+				// E.g. a resize that csi-resizer keeps retrying: not a verdict,
+				// but what a timeout in a CI log should show.
+				progress += ": " + ts.Message
+			}
+			pending = append(pending, progress)
 		}
 	}
 	switch {
