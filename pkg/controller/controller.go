@@ -52,8 +52,9 @@ const (
 type Config struct {
 	Driver   csi.Driver
 	Expander csi.Expander
-	// Client is used for secrets of controller-expand and the lazy pod informer; writes go
-	// through Writer.
+	// Client is used for secrets of controller-expand, the lazy pod informer, and to read a
+	// PVC again when the write recording a driver's answer conflicts; writes go through
+	// Writer.
 	Client   kubernetes.Interface
 	Writer   status.Writer
 	Recorder record.EventRecorder
@@ -448,8 +449,10 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 		// ControllerResizeInProgress with no final error) and the driver call is idempotent.
 		return 0, err
 	}
-	done := resize.ExpandedStatus(written.Status, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, c.now())
-	if _, err := c.writeStatus(ctx, key, written, done, false); err != nil {
+	now := c.now()
+	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return resize.ExpandedStatus(st, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, now)
+	}); err != nil {
 		return 0, err
 	}
 	c.expansionSucceeded(key, pvc, newSize, res.NodeExpansionRequired)
@@ -460,8 +463,10 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan, callErr error) (time.Duration, error) {
 	ce := resize.ClassifyError(callErr)
 	c.cfg.Metrics.ExpandError(ce.Reason, string(ce.Class))
-	failed := resize.FailedStatus(pvc.Status, ce, c.cfg.Legacy, c.now())
-	if _, err := c.writeStatus(ctx, key, pvc, failed, false); err != nil {
+	now := c.now()
+	if _, err := c.recordOutcome(ctx, key, pvc, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return resize.FailedStatus(st, ce, c.cfg.Legacy, now)
+	}); err != nil {
 		return 0, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err)
 	}
 	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed, "expanding the volume to %s failed (%s, %s): %s", plan.Target.String(), ce.Reason, ce.Class, ce.Message)
@@ -602,6 +607,35 @@ func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.Persis
 	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventFileSystemRequired,
 		"the node failed to expand the volume, which already has %s in the control plane; asking the node to retry", plan.Target.String())
 	return nil
+}
+
+// maxOutcomeConflicts bounds how often recordOutcome re-reads a PVC that keeps changing under
+// it. Past it the answer is left unrecorded and the sync fails: the state the pre-call write
+// left (ControllerResizeInProgress at the target) makes the retry repeat the idempotent call.
+const maxOutcomeConflicts = 3
+
+// recordOutcome writes the status that records the driver's answer, guarded by resourceVersion
+// like every status write: the conditions list is written whole, and an unguarded write would
+// drop a condition another component set during the call. The answer is known and must not
+// cost a second driver call, so on a conflict (the PVC changed during the call: a new request,
+// someone else's condition) the PVC is read again from the API, not from a cache that may be
+// behind, and outcome is applied to what it holds now. Only a conflict costs that read.
+func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+	for conflicts := 0; ; conflicts++ {
+		out, err := c.writeStatus(ctx, key, pvc, outcome(pvc.Status), true)
+		if err == nil || !apierrors.IsConflict(err) || conflicts == maxOutcomeConflicts {
+			return out, err
+		}
+		klog.FromContext(ctx).V(2).Info("The PVC changed during the driver call; recording the answer over its latest version", "resourceVersion", pvc.ResourceVersion)
+		latest, getErr := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
+		if getErr != nil {
+			return nil, errors.Join(err, fmt.Errorf("reading PVC %s/%s again: %w", pvc.Namespace, pvc.Name, getErr))
+		}
+		if latest.UID != pvc.UID {
+			return nil, fmt.Errorf("PVC %s/%s was deleted and re-created during the driver call; its answer is not recorded on the new object", pvc.Namespace, pvc.Name)
+		}
+		pvc = latest
+	}
 }
 
 // writeStatus patches the PVC status, counts the state transition and remembers the written

@@ -41,6 +41,9 @@ func (c *Controller) claimUpdated(oldObj, newObj any) {
 		return
 	}
 	key, _ := cache.MetaNamespaceKeyFunc(pvc)
+	if !resizeInputsChanged(oldPVC, pvc) {
+		return
+	}
 	// The echo of the controller's own status write carries nothing new: processing it again
 	// is how upstream ends up calling the driver twice for one failure.
 	if oldPVC.ResourceVersion != pvc.ResourceVersion && c.isOwnWriteOrHeld(key, pvc.ResourceVersion) {
@@ -52,6 +55,57 @@ func (c *Controller) claimUpdated(oldObj, newObj any) {
 		return
 	}
 	c.queue.Add(key)
+}
+
+// resizeConditions are the PVC conditions the resizer and the kubelet write about a resize.
+var resizeConditions = []v1.PersistentVolumeClaimConditionType{
+	v1.PersistentVolumeClaimResizing,
+	v1.PersistentVolumeClaimFileSystemResizePending,
+	v1.PersistentVolumeClaimControllerResizeError,
+	v1.PersistentVolumeClaimNodeResizeError,
+}
+
+// resizeInputsChanged reports whether an update changed anything the resizer decides on: the
+// storage request, the binding, the storage capacity, allocated size and resize state, the
+// phase, and the resize conditions. An update of other fields (labels, annotations, another
+// component's condition) brings nothing new to decide on; processing it at once would also
+// bypass the retry backoff of a failed expansion, so a PVC that another controller keeps
+// touching would turn every touch into a driver call. The pending retry still comes. The
+// periodic resync, which repeats the version, is let through.
+func resizeInputsChanged(old, pvc *v1.PersistentVolumeClaim) bool {
+	if old.ResourceVersion == pvc.ResourceVersion || old.UID != pvc.UID ||
+		old.Spec.VolumeName != pvc.Spec.VolumeName || old.Status.Phase != pvc.Status.Phase ||
+		!old.DeletionTimestamp.Equal(pvc.DeletionTimestamp) {
+		return true
+	}
+	if storageChanged(old.Spec.Resources.Requests, pvc.Spec.Resources.Requests) ||
+		storageChanged(old.Status.Capacity, pvc.Status.Capacity) ||
+		storageChanged(old.Status.AllocatedResources, pvc.Status.AllocatedResources) ||
+		old.Status.AllocatedResourceStatuses[v1.ResourceStorage] != pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] {
+		return true
+	}
+	for _, t := range resizeConditions {
+		a, b := findCondition(old.Status.Conditions, t), findCondition(pvc.Status.Conditions, t)
+		if (a == nil) != (b == nil) || (a != nil && (a.Status != b.Status || a.Reason != b.Reason || a.Message != b.Message)) {
+			return true
+		}
+	}
+	return false
+}
+
+func storageChanged(a, b v1.ResourceList) bool {
+	qa, oka := a[v1.ResourceStorage]
+	qb, okb := b[v1.ResourceStorage]
+	return oka != okb || qa.Cmp(qb) != 0
+}
+
+func findCondition(conds []v1.PersistentVolumeClaimCondition, t v1.PersistentVolumeClaimConditionType) *v1.PersistentVolumeClaimCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
 }
 
 func (c *Controller) claimDeleted(obj any) {
