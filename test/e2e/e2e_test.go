@@ -283,12 +283,12 @@ func TestAPIServerRestartDuringResize(t *testing.T) {
 		t.Logf("external driver: no delay can be injected, so the restart may have come after the driver answered")
 		return
 	}
-	calls := callsFor(t, e, vol)
+	calls := e.Driver.VolumeCalls(t, vol)
 	if len(calls) == 0 {
 		t.Fatalf("no ControllerExpandVolume call for %s in the mock's log", vol)
 	}
 	first := calls[0]
-	if end := callEnd(first); !first.Time.Before(stopped) || !end.After(stopped) {
+	if end := first.End(); !first.Time.Before(stopped) || !end.After(stopped) {
 		t.Errorf("the restart did not overlap the expansion: the driver call ran %s to %s, the apiserver was down at %s",
 			first.Time.Format(time.StampMicro), end.Format(time.StampMicro), stopped.Format(time.StampMicro))
 	}
@@ -377,12 +377,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 		// The state is written just before the call: wait for the leader's word that it is
 		// calling, so the kill hits the call and not the moment before it.
 		framework.Eventually(t, 30*time.Second, func() (bool, string) {
-			for _, line := range strings.Split(leader.Log(), "\n") {
-				if strings.Contains(line, "Calling ControllerExpandVolume") && strings.Contains(line, vol) {
-					return true, ""
-				}
-			}
-			return false, "the leader has not logged its ControllerExpandVolume call for " + vol
+			return scenario.LoggedExpandCall(leader, vol), "the leader has not logged its ControllerExpandVolume call for " + vol
 		})
 	} else {
 		// A real driver cannot be slowed down, so the leader is frozen before the request goes
@@ -431,13 +426,13 @@ func TestLeaderElectionFailover(t *testing.T) {
 		// The killed leader really was mid-call: its call started before the kill and the
 		// driver answered after it (logged once the delay is over).
 		framework.Eventually(t, 30*time.Second, func() (bool, string) {
-			calls := callsFor(t, e, vol)
+			calls := e.Driver.VolumeCalls(t, vol)
 			for _, c := range calls {
-				if c.Time.Before(killed) && callEnd(c).After(killed) {
+				if c.Time.Before(killed) && c.End().After(killed) {
 					return true, ""
 				}
 			}
-			return false, fmt.Sprintf("no call for %s spans the SIGKILL at %s: %s", vol, killed.Format(time.StampMicro), describeCalls(calls))
+			return false, fmt.Sprintf("no call for %s spans the SIGKILL at %s: %s", vol, killed.Format(time.StampMicro), framework.DescribeCalls(calls))
 		})
 	}
 }
@@ -469,31 +464,6 @@ func resizerLease(t *testing.T, e *scenario.Env, name string) *coordinationv1.Le
 		return true, ""
 	})
 	return lease
-}
-
-// callsFor returns the mock's ControllerExpandVolume calls for volume vol, oldest first.
-func callsFor(t *testing.T, e *scenario.Env, vol string) []framework.Call {
-	t.Helper()
-	var out []framework.Call
-	for _, c := range e.Driver.Calls(t, "ControllerExpandVolume") {
-		if c.VolumeID == vol {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// callEnd is when the driver answered a call.
-func callEnd(c framework.Call) time.Time {
-	return c.Time.Add(time.Duration(c.DurationMs * float64(time.Millisecond)))
-}
-
-func describeCalls(calls []framework.Call) string {
-	var parts []string
-	for _, c := range calls {
-		parts = append(parts, fmt.Sprintf("%s..%s %s", c.Time.Format(time.StampMicro), callEnd(c).Format(time.StampMicro), c.CodeName))
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 func expandCalls(t *testing.T, p *framework.Process) float64 {

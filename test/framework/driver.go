@@ -436,6 +436,33 @@ type Call struct {
 	Request               json.RawMessage `json:"request"` // the request as protojson
 }
 
+// End is when the driver answered the call.
+func (c Call) End() time.Time {
+	return c.Time.Add(time.Duration(c.DurationMs * float64(time.Millisecond)))
+}
+
+// DescribeCalls renders calls for a failure message: "start..end CODE requiredBytesB".
+func DescribeCalls(calls []Call) string {
+	var parts []string
+	for _, c := range calls {
+		parts = append(parts, fmt.Sprintf("%s..%s %s %dB", c.Time.Format(time.StampMicro), c.End().Format(time.StampMicro), c.CodeName, c.RequiredBytes))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// VolumeCalls returns the mock driver's ControllerExpandVolume calls for volume id vol,
+// oldest first.
+func (d *Driver) VolumeCalls(t testing.TB, vol string) []Call {
+	t.Helper()
+	var out []Call
+	for _, c := range d.Calls(t, "ControllerExpandVolume") {
+		if c.VolumeID == vol {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // Calls returns the calls the mock driver received whose method ends with
 // method ("" = all), oldest first, across restarts.
 func (d *Driver) Calls(t testing.TB, method string) []Call {

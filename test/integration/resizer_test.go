@@ -147,7 +147,7 @@ func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
 	// The state is written just before the call: wait for the resizer's word that it is
 	// calling, so the kill hits the call and not the moment before it.
 	framework.Eventually(t, 30*time.Second, func() (bool, string) {
-		return loggedCall(e.Resizer, vol), "the resizer has not logged its ControllerExpandVolume call for " + vol
+		return scenario.LoggedExpandCall(e.Resizer, vol), "the resizer has not logged its ControllerExpandVolume call for " + vol
 	})
 	killed := time.Now()
 	if err := e.Resizer.Kill(); err != nil {
@@ -167,15 +167,15 @@ func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
 	// The killed resizer really was mid-call: its call started before the kill and the driver
 	// answered after it (the mock logs a call when it answers, so wait out the delay).
 	framework.Eventually(t, 60*time.Second, func() (bool, string) {
-		calls := volumeCalls(t, e, vol)
+		calls := e.Driver.VolumeCalls(t, vol)
 		for _, c := range calls {
-			if c.Time.Before(killed) && callEnd(c).After(killed) {
+			if c.Time.Before(killed) && c.End().After(killed) {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("no call for %s spans the SIGKILL at %s: %s", vol, killed.Format(time.StampMicro), describeCalls(calls))
+		return false, fmt.Sprintf("no call for %s spans the SIGKILL at %s: %s", vol, killed.Format(time.StampMicro), framework.DescribeCalls(calls))
 	})
-	calls := volumeCalls(t, e, vol)
+	calls := e.Driver.VolumeCalls(t, vol)
 	restarted := false
 	for _, c := range calls {
 		restarted = restarted || c.Time.After(killed)
@@ -187,53 +187,8 @@ func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
 		}
 	}
 	if !restarted {
-		t.Errorf("the restarted resizer made no ControllerExpandVolume call: %s", describeCalls(calls))
+		t.Errorf("the restarted resizer made no ControllerExpandVolume call: %s", framework.DescribeCalls(calls))
 	}
-}
-
-// loggedCall reports whether the resizer's log (across restarts) says it is calling
-// ControllerExpandVolume for volume vol.
-func loggedCall(p *framework.Process, vol string) bool {
-	for _, line := range strings.Split(p.Log(), "\n") {
-		if strings.Contains(line, "Calling ControllerExpandVolume") && strings.Contains(line, vol) {
-			return true
-		}
-	}
-	return false
-}
-
-// volumeCalls is the driver's ControllerExpandVolume calls for volume vol, oldest first.
-func volumeCalls(t *testing.T, e *scenario.Env, vol string) []framework.Call {
-	t.Helper()
-	var out []framework.Call
-	for _, c := range e.Driver.Calls(t, "ControllerExpandVolume") {
-		if c.VolumeID == vol {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// eventsText renders events as "reason xcount: message".
-func eventsText(evs []v1.Event) string {
-	var out []string
-	for _, ev := range evs {
-		out = append(out, fmt.Sprintf("%s x%d: %s", ev.Reason, ev.Count, ev.Message))
-	}
-	return "[" + strings.Join(out, " | ") + "]"
-}
-
-// callEnd is when the driver answered a call.
-func callEnd(c framework.Call) time.Time {
-	return c.Time.Add(time.Duration(c.DurationMs * float64(time.Millisecond)))
-}
-
-func describeCalls(calls []framework.Call) string {
-	var parts []string
-	for _, c := range calls {
-		parts = append(parts, fmt.Sprintf("%s..%s %s %dB", c.Time.Format(time.StampMicro), callEnd(c).Format(time.StampMicro), c.CodeName, c.RequiredBytes))
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // Scenario 6, KEP-1790 Case 2: a node-only driver gets no ControllerExpandVolume call.
@@ -296,8 +251,8 @@ func TestOfflineExpansionWaitsForPod(t *testing.T) {
 	}
 	// With a 200ms..1s backoff a retry loop would make several calls in this window.
 	framework.Consistently(t, 5*time.Second, func() (bool, string) {
-		calls := volumeCalls(t, e, vol)
-		return len(calls) == 0, "ControllerExpandVolume calls while the pod uses the volume, want none (the in-use check comes first): " + describeCalls(calls)
+		calls := e.Driver.VolumeCalls(t, vol)
+		return len(calls) == 0, "ControllerExpandVolume calls while the pod uses the volume, want none (the in-use check comes first): " + framework.DescribeCalls(calls)
 	})
 
 	if err := e.Driver.UnpublishVolume(e.Ctx, vol); err != nil {
@@ -305,8 +260,8 @@ func TestOfflineExpansionWaitsForPod(t *testing.T) {
 	}
 	framework.DeletePod(t, e.Ctx, e.Client, e.Namespace, "app")
 	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
-	if calls := volumeCalls(t, e, vol); len(calls) != 1 || calls[0].Code != codes.OK || calls[0].RequiredBytes != bytesOf("2Gi") {
-		t.Errorf("ControllerExpandVolume calls %s, want exactly one, OK, for 2Gi, once the pod was gone", describeCalls(calls))
+	if calls := e.Driver.VolumeCalls(t, vol); len(calls) != 1 || calls[0].Code != codes.OK || calls[0].RequiredBytes != bytesOf("2Gi") {
+		t.Errorf("ControllerExpandVolume calls %s, want exactly one, OK, for 2Gi, once the pod was gone", framework.DescribeCalls(calls))
 	}
 }
 
@@ -327,7 +282,7 @@ func TestFailedPreconditionWaitsForPod(t *testing.T) {
 	e.SetRequest(t, "data", "2Gi")
 
 	framework.Eventually(t, resizeTimeout, func() (bool, string) {
-		return len(volumeCalls(t, e, vol)) > 0, "no ControllerExpandVolume call yet"
+		return len(e.Driver.VolumeCalls(t, vol)) > 0, "no ControllerExpandVolume call yet"
 	})
 	e.WaitClaim(t, "data", 30*time.Second, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
 		_, _, alloc := scenario.Storage(pvc)
@@ -345,13 +300,13 @@ func TestFailedPreconditionWaitsForPod(t *testing.T) {
 	// repeat the warning. (The resizer does not look at the PVC again while it waits: the echo
 	// of its own status write is ignored, and the pod watcher wakes it when the pod goes.)
 	framework.Consistently(t, 5*time.Second, func() (bool, string) {
-		calls := volumeCalls(t, e, vol)
+		calls := e.Driver.VolumeCalls(t, vol)
 		evs := e.Events(t, "data", "VolumeResizeFailed")
 		return len(calls) == 1 && len(evs) == 1 && evs[0].Count == 1, fmt.Sprintf("want exactly the one refused ControllerExpandVolume call and its one warning while the pod uses the volume: calls %s, events %s",
-			describeCalls(calls), eventsText(evs))
+			framework.DescribeCalls(calls), scenario.DescribeEvents(evs))
 	})
-	if c := volumeCalls(t, e, vol)[0]; c.Code != codes.FailedPrecondition || c.RequiredBytes != bytesOf("2Gi") {
-		t.Errorf("first call %s, want FAILED_PRECONDITION for 2Gi", describeCalls([]framework.Call{c}))
+	if c := e.Driver.VolumeCalls(t, vol)[0]; c.Code != codes.FailedPrecondition || c.RequiredBytes != bytesOf("2Gi") {
+		t.Errorf("first call %s, want FAILED_PRECONDITION for 2Gi", framework.DescribeCalls([]framework.Call{c}))
 	}
 
 	// The pod goes, and with it the attachment: the driver accepts from now on. The fault goes
@@ -360,12 +315,12 @@ func TestFailedPreconditionWaitsForPod(t *testing.T) {
 	released := time.Now()
 	framework.DeletePod(t, e.Ctx, e.Client, e.Namespace, "app")
 	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
-	calls := volumeCalls(t, e, vol)
+	calls := e.Driver.VolumeCalls(t, vol)
 	if len(calls) != 2 {
-		t.Fatalf("ControllerExpandVolume calls %s, want 2: the refused one and one after the pod was gone", describeCalls(calls))
+		t.Fatalf("ControllerExpandVolume calls %s, want 2: the refused one and one after the pod was gone", framework.DescribeCalls(calls))
 	}
 	if c := calls[1]; c.Code != codes.OK || c.RequiredBytes != bytesOf("2Gi") || c.Time.Before(released) {
-		t.Errorf("second call %s, want OK for 2Gi after the pod's deletion at %s", describeCalls(calls[1:]), released.Format(time.StampMicro))
+		t.Errorf("second call %s, want OK for 2Gi after the pod's deletion at %s", framework.DescribeCalls(calls[1:]), released.Format(time.StampMicro))
 	}
 }
 

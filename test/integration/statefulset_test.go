@@ -65,7 +65,7 @@ func (s *stsEnv) untouched(t *testing.T, window time.Duration, ids map[string]st
 	t.Helper()
 	calls := map[string]int{}
 	for claim := range want {
-		calls[claim] = expandCallsFor(t, s.Env, ids[claim])
+		calls[claim] = len(s.Env.Driver.VolumeCalls(t, ids[claim]))
 	}
 	framework.Consistently(t, window, func() (bool, string) {
 		for claim, size := range want {
@@ -73,23 +73,12 @@ func (s *stsEnv) untouched(t *testing.T, window time.Duration, ids map[string]st
 			if got := scenario.Request(pvc); got != size {
 				return false, fmt.Sprintf("%s: request %s, want it left at %s; %s", claim, got, size, scenario.Describe(pvc))
 			}
-			if n := expandCallsFor(t, s.Env, ids[claim]); n != calls[claim] {
+			if n := len(s.Env.Driver.VolumeCalls(t, ids[claim])); n != calls[claim] {
 				return false, fmt.Sprintf("%s: %d new ControllerExpandVolume calls", claim, n-calls[claim])
 			}
 		}
 		return true, ""
 	})
-}
-
-func expandCallsFor(t *testing.T, e *scenario.Env, volumeID string) int {
-	t.Helper()
-	n := 0
-	for _, c := range e.Driver.Calls(t, "ControllerExpandVolume") {
-		if c.VolumeID == volumeID {
-			n++
-		}
-	}
-	return n
 }
 
 func patches(t *testing.T, p *framework.Process, result string) float64 {
@@ -319,13 +308,13 @@ func TestStatefulSetFailingResizeIsReportedNotInfeasible(t *testing.T) {
 	s.WaitStatefulSetEvent(t, "web", plan.EventVolumeResizeFailing, stsTimeout, failing, "Internal: "+driverMessage)
 
 	// Let csi-resizer retry (and fail) twice more: the condition goes and comes back each time.
-	attempts := expandCallsFor(t, s.Env, ids[failing])
+	attempts := len(s.Env.Driver.VolumeCalls(t, ids[failing]))
 	framework.Eventually(t, stsTimeout, func() (bool, string) {
-		n := expandCallsFor(t, s.Env, ids[failing])
+		n := len(s.Env.Driver.VolumeCalls(t, ids[failing]))
 		return n >= attempts+2, fmt.Sprintf("%d ControllerExpandVolume calls for %s, want %d", n, failing, attempts+2)
 	})
 	if evs := s.StatefulSetEvents(t, "web", plan.EventVolumeResizeFailing); len(evs) != 1 || evs[0].Count != 1 {
-		t.Errorf("VolumeResizeFailing events after %d attempts: %s, want one, recorded once", expandCallsFor(t, s.Env, ids[failing]), describeEvents(evs))
+		t.Errorf("VolumeResizeFailing events after %d attempts: %s, want one, recorded once", len(s.Env.Driver.VolumeCalls(t, ids[failing])), scenario.DescribeEvents(evs))
 	}
 	if r := s.wait(t, "web", "--timeout", "3s"); r.Code != 2 || !strings.Contains(r.Stderr, entry) {
 		t.Errorf("wait: %s; want exit 2 (a retried failure is no verdict) showing %q", r, entry)
@@ -499,7 +488,7 @@ func TestStatefulSetStorageClassWithoutExpansion(t *testing.T) {
 			return false, fmt.Sprintf("%v StatefulSet PATCH requests (status annotation writes) for an unchanged status", d)
 		}
 		if now := s.StatefulSetEvents(t, "web", ""); !sameEvents(events, now) {
-			return false, fmt.Sprintf("events changed: %d events before, now %s", len(events), describeEvents(now))
+			return false, fmt.Sprintf("events changed: %d events before, now %s", len(events), scenario.DescribeEvents(now))
 		}
 		return true, ""
 	})
@@ -544,14 +533,6 @@ func sameEvents(a, b []v1.Event) bool {
 		}
 	}
 	return true
-}
-
-func describeEvents(evs []v1.Event) string {
-	var out []string
-	for _, ev := range evs {
-		out = append(out, fmt.Sprintf("%s x%d: %s", ev.Reason, ev.Count, ev.Message))
-	}
-	return "[" + strings.Join(out, " | ") + "]"
 }
 
 // (e) Rule 1: a replica's PVC is resized only while its pod is Running, at the update
