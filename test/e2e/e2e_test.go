@@ -425,15 +425,7 @@ func TestLeaderElectionFailover(t *testing.T) {
 	if e.Driver.IsMock() {
 		// The killed leader really was mid-call: its call started before the kill and the
 		// driver answered after it (logged once the delay is over).
-		framework.Eventually(t, 30*time.Second, func() (bool, string) {
-			calls := e.Driver.VolumeCalls(t, vol)
-			for _, c := range calls {
-				if c.Time.Before(killed) && c.End().After(killed) {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprintf("no call for %s spans the SIGKILL at %s: %s", vol, killed.Format(time.StampMicro), framework.DescribeCalls(calls))
-		})
+		e.Driver.WaitCallAcross(t, vol, killed, "the SIGKILL", 30*time.Second)
 	}
 }
 

@@ -463,6 +463,23 @@ func (d *Driver) VolumeCalls(t testing.TB, vol string) []Call {
 	return out
 }
 
+// WaitCallAcross waits until the mock's calls log holds a ControllerExpandVolume call for
+// volume vol that started before at and was answered after it: proof that something done at
+// at (a SIGKILL, an apiserver stop) hit a call in flight. The mock logs a call when it answers,
+// so the wait covers any injected delay.
+func (d *Driver) WaitCallAcross(t testing.TB, vol string, at time.Time, what string, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, func() (bool, string) {
+		calls := d.VolumeCalls(t, vol)
+		for _, c := range calls {
+			if c.Time.Before(at) && c.End().After(at) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no call for %s spans %s at %s: %s", vol, what, at.Format(time.StampMicro), DescribeCalls(calls))
+	})
+}
+
 // Calls returns the calls the mock driver received whose method ends with
 // method ("" = all), oldest first, across restarts.
 func (d *Driver) Calls(t testing.TB, method string) []Call {

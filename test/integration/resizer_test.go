@@ -166,15 +166,7 @@ func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
 	}
 	// The killed resizer really was mid-call: its call started before the kill and the driver
 	// answered after it (the mock logs a call when it answers, so wait out the delay).
-	framework.Eventually(t, 60*time.Second, func() (bool, string) {
-		calls := e.Driver.VolumeCalls(t, vol)
-		for _, c := range calls {
-			if c.Time.Before(killed) && c.End().After(killed) {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("no call for %s spans the SIGKILL at %s: %s", vol, killed.Format(time.StampMicro), framework.DescribeCalls(calls))
-	})
+	e.Driver.WaitCallAcross(t, vol, killed, "the SIGKILL", 60*time.Second)
 	calls := e.Driver.VolumeCalls(t, vol)
 	restarted := false
 	for _, c := range calls {
