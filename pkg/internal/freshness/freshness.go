@@ -1,0 +1,67 @@
+// Package freshness tells a controller whether its informer cache has caught up with the
+// controller's own writes, so that no controller of this project acts on an object older than
+// its last write (docs/design.md, "One reconcile shape").
+//
+// A write made from the cached version B of an object replaces B. Until the cache shows
+// something other than B, or than any other version one of this process's writes replaced, it
+// is behind: deciding on it would repeat the step the write recorded (a second driver call, a
+// second event). resourceVersions are opaque, so "behind" is known only for versions the
+// controller itself replaced; any other version means the cache has moved on, and the record is
+// dropped.
+package freshness
+
+import (
+	"slices"
+	"sync"
+)
+
+// maxReplaced bounds the versions kept per object: one sync writes a few times at most, and a
+// relist that skips versions must not make the list grow.
+const maxReplaced = 8
+
+// Tracker is safe for concurrent use. The zero value is not usable; call New.
+type Tracker struct {
+	mu       sync.Mutex
+	replaced map[string][]string
+}
+
+// New returns an empty tracker.
+func New() *Tracker { return &Tracker{replaced: map[string][]string{}} }
+
+// Wrote records that a write based on the cached version basedOn produced version written. A
+// write the apiserver found to change nothing keeps the version: the cache at it is current.
+func (t *Tracker) Wrote(key, basedOn, written string) {
+	if basedOn == "" || written == basedOn {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	versions := append(t.replaced[key], basedOn)
+	if len(versions) > maxReplaced {
+		versions = versions[len(versions)-maxReplaced:]
+	}
+	t.replaced[key] = versions
+}
+
+// Behind reports whether cached is a version one of this process's writes replaced. A cache
+// that shows any other version has caught up, and the record is dropped.
+func (t *Tracker) Behind(key, cached string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	versions, ok := t.replaced[key]
+	if !ok {
+		return false
+	}
+	if cached != "" && slices.Contains(versions, cached) {
+		return true
+	}
+	delete(t.replaced, key)
+	return false
+}
+
+// Forget drops what is known of a deleted object.
+func (t *Tracker) Forget(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.replaced, key)
+}
