@@ -118,15 +118,15 @@ var (
 // checkFile returns the problems of one file's references to the design.
 func (d *design) checkFile(name, content string) []string {
 	var problems []string
-	for _, loc := range staleRE.FindAllStringIndex(content, -1) {
-		problems = append(problems, fmt.Sprintf("%s:%d: %q cites the design document that is not in the repository; cite docs/design.md by section and rule instead (e.g. \"docs/design.md §2.3 rule 6\")",
-			name, lineOf(content, loc[0]), content[loc[0]:loc[1]]))
-	}
 	join := mdJoinRE
 	if strings.HasSuffix(name, ".go") {
 		join = goJoinRE
 	}
 	text, lines := joinLines(content, join)
+	for _, loc := range staleRE.FindAllStringIndex(text, -1) {
+		problems = append(problems, fmt.Sprintf("%s:%d: %q cites the design document that is not in the repository; cite docs/design.md by section and rule instead (e.g. \"docs/design.md §2.3 rule 6\")",
+			name, lines[loc[0]], text[loc[0]:loc[1]]))
+	}
 	for _, m := range refRE.FindAllStringSubmatchIndex(text, -1) {
 		line := lines[m[0]]
 		for _, item := range itemRE.FindAllStringSubmatch(text[m[2]:m[3]], -1) {
@@ -214,10 +214,6 @@ func joinLines(content string, join *regexp.Regexp) (string, []int) {
 	copyRange(last, len(content))
 	lines = append(lines, line)
 	return b.String(), lines
-}
-
-func lineOf(content string, offset int) int {
-	return strings.Count(content[:offset], "\n") + 1
 }
 
 // skipDirs are not the project's own text: vendored modules, and the generated wrapper module
@@ -325,6 +321,7 @@ func TestCheckerFindsBrokenReferences(t *testing.T) {
 		{"chained.go", "// docs/design.md §1 rule 1, §4\n", 1},
 		{"wrong-title.go", "// (docs/design.md, \"No such heading\")\n", 1},
 		{"stale.go", "// " + stale + "2.3 rule 6\n", 1},
+		{"stale-wrapped.go", "\t// counts as ready (DESIGN\n\t// §3.5), with\n", 1},
 		{"stale.md", "see DESIGN" + ".md for the rules\n", 1},
 	} {
 		if got := d.checkFile(tc.name, tc.content); len(got) != tc.wantProblems {
