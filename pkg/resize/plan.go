@@ -5,6 +5,8 @@
 // Everything here is a pure function of its arguments: no API calls, no clocks read, no memory
 // kept between calls. That is what lets a restarted resizer make the same decision as the one
 // that crashed (KEP-1790 Case 4), and what makes the rules table-testable and fuzzable.
+//
+// A bare "rule N" in this package's comments is rule N of docs/design.md §2.3.
 package resize
 
 import (
@@ -72,7 +74,8 @@ type Plan struct {
 	Why string
 }
 
-// PlanExpansion applies DESIGN §2.3 rules 1-4 to one observed PVC.
+// PlanExpansion applies docs/design.md §2.3 rules 2-4 to one observed PVC, and the "only when
+// there is work" half of rule 1 (the controller checks that the PV is this driver's).
 func PlanExpansion(o Observed) Plan {
 	if o.Legacy {
 		return planLegacy(o)

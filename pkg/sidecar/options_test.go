@@ -44,7 +44,7 @@ func TestFlagDefaults(t *testing.T) {
 	}
 }
 
-// upstreamDefaults are the external-resizer's flags and defaults (DESIGN §2.1), as
+// upstreamDefaults are the external-resizer's flags and defaults (docs/design.md §2.1), as
 // flag.FlagSet prints them.
 var upstreamDefaults = map[string]string{
 	"csi-address":                    "/run/csi/socket",

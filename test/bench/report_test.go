@@ -20,7 +20,7 @@ import (
 )
 
 // Upstream external-resizer's costs as measured with this harness's method on a machine of
-// this kind (docs DESIGN.md §2.6); the targets are relative to them.
+// this kind (docs/design.md §2.6); the targets are relative to them.
 const (
 	upstreamAllDone200   = 130.0 // s, 200 PVCs, default flags
 	upstreamEventsDone   = 199.0 // s
@@ -314,7 +314,7 @@ func rssText(m MemoryRun) string {
 // table is the summary as a Markdown table (also printed on stdout).
 func (r *results) table() string {
 	var b strings.Builder
-	b.WriteString("| metric | upstream (DESIGN §2.6) | target | csi-resizer | met |\n|---|---|---|---|---|\n")
+	b.WriteString("| metric | upstream (docs/design.md §2.6) | target | csi-resizer | met |\n|---|---|---|---|---|\n")
 	for _, t := range r.merged.Summary {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", t.Metric, t.Upstream, t.Target, t.Ours, t.Met)
 	}

@@ -282,7 +282,7 @@ func TestStatefulSetInfeasibleOrderedStopsParallelContinues(t *testing.T) {
 	}
 }
 
-// (b2) DESIGN §3 rule 4 for an error that is not infeasible: the driver answers INTERNAL for
+// (b2) docs/design.md §3 rule 4 for an error that is not infeasible: the driver answers INTERNAL for
 // replica 1's volume, and csi-resizer keeps retrying it (it clears the error condition at every
 // attempt and sets it again when the attempt fails). The StatefulSet is told — the template's
 // message names the PVC and the error, one VolumeResizeFailing event — but the replica is not
@@ -335,7 +335,7 @@ func TestStatefulSetFailingResizeIsReportedNotInfeasible(t *testing.T) {
 // (c) KEP-1790 recovery through the template: after OUT_OF_RANGE on 2Gi, the template is lowered
 // to 1536Mi, above the capacity: statefulset-resizer lowers the request it raised and the
 // resizer brings the volume back to the lower size. A replica already at 2Gi is not lowered (a
-// volume cannot shrink) but counts as ready (capacity >= template, DESIGN §3.5), with the
+// volume cannot shrink) but counts as ready (capacity >= template, docs/design.md §3.5), with the
 // request left above the template reported. A PVC a person raised is never lowered: it stays
 // infeasible until the person lowers it.
 func TestStatefulSetRecoveryNeverLowersWhatAPersonRaised(t *testing.T) {
@@ -535,7 +535,7 @@ func sameEvents(a, b []v1.Event) bool {
 	return true
 }
 
-// (e) Rule 1: a replica's PVC is resized only while its pod is Running, at the update
+// (e) docs/design.md §3 rule 1: a replica's PVC is resized only while its pod is Running, at the update
 // revision and not terminating. With updateStrategy OnDelete and a pod template change, four
 // replicas are in four situations when the template grows: Running at the update revision
 // (resized at once), Pending, terminating (held by a finalizer), Running at the old revision.
