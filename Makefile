@@ -59,12 +59,13 @@ test-integration: ## integration tests on a real etcd + kube-apiserver (+ contro
 	  $(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/e2e/...
 	@$(MAKE) --no-print-directory test-e2e-hostpath
 
-test-e2e: ## driver-agnostic e2e suite: make test-e2e DRIVER_CMD="..." DRIVER_NAME=... INFEASIBLE_SIZE=2Ti
+test-e2e: ## driver-agnostic e2e suite: make test-e2e DRIVER_CMD="..." DRIVER_NAME=... INFEASIBLE_SIZE=2Ti [NODE_EXPANSION_REQUIRED=true]
 	@# Checked before the (cold: ~10 min) build; the suite's TestMain checks it again for go test users.
 	@if [ -n "$(if $(strip $(DRIVER_CMD)$(DRIVER_ENDPOINT)),external)" ] && [ -z "$(strip $(INFEASIBLE_SIZE))" ]; then \
 	  echo "test-e2e: a real driver needs INFEASIBLE_SIZE, a size it refuses with INVALID_ARGUMENT, OUT_OF_RANGE or NOT_FOUND (e.g. INFEASIBLE_SIZE=2Ti)" >&2; exit 2; fi
 	bash hack/build-k8s-bins.sh >/dev/null
 	E2E_DRIVER_CMD="$(DRIVER_CMD)" E2E_DRIVER_NAME="$(DRIVER_NAME)" E2E_DRIVER_ENDPOINT="$(DRIVER_ENDPOINT)" E2E_INFEASIBLE_SIZE="$(INFEASIBLE_SIZE)" \
+	  E2E_NODE_EXPANSION_REQUIRED="$(NODE_EXPANSION_REQUIRED)" \
 	  $(GO) test -tags integration -count=1 -timeout 30m -v ./test/e2e/...
 
 # The e2e suite against hostpathplugin: with its defaults (controller expansion answering
