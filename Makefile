@@ -10,13 +10,17 @@ FUZZTIME ?= 30s
 INTEGRATION_TIMEOUT ?= 45m
 RUN ?= .
 IMAGE ?= csi-resizer:$(VERSION)
+# csi-driver-host-path's hostpathplugin, the real CSI driver the e2e suite runs against besides
+# the mock (test-e2e-hostpath). CI has it next to the clone; a clone without it skips those runs,
+# except under CI=true, where a missing driver fails them.
+HOSTPATH_PLUGIN ?= ../shared/anchors/hostpathplugin
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e demo bench bench-smoke manifests-render manifests-check lint-dockerfile image check clean
+.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath demo bench bench-smoke manifests-render manifests-check lint-dockerfile image check clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
 build: ## build every binary of cmd/ into bin/
 	@mkdir -p $(BIN)
@@ -53,14 +57,35 @@ test-integration: ## integration tests on a real etcd + kube-apiserver (+ contro
 	@# csi-driver-host-path does by default: the suite's node-expansion path runs in CI too.
 	E2E_DRIVER_CMD= E2E_DRIVER_ENDPOINT= E2E_MOCK_NODE_EXPANSION_REQUIRED=true \
 	  $(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/e2e/...
+	@$(MAKE) --no-print-directory test-e2e-hostpath
 
-test-e2e: ## driver-agnostic e2e suite: make test-e2e DRIVER_CMD="..." DRIVER_NAME=... INFEASIBLE_SIZE=2Ti
+test-e2e: ## driver-agnostic e2e suite: make test-e2e DRIVER_CMD="..." DRIVER_NAME=... INFEASIBLE_SIZE=2Ti [NODE_EXPANSION_REQUIRED=true]
 	@# Checked before the (cold: ~10 min) build; the suite's TestMain checks it again for go test users.
 	@if [ -n "$(if $(strip $(DRIVER_CMD)$(DRIVER_ENDPOINT)),external)" ] && [ -z "$(strip $(INFEASIBLE_SIZE))" ]; then \
 	  echo "test-e2e: a real driver needs INFEASIBLE_SIZE, a size it refuses with INVALID_ARGUMENT, OUT_OF_RANGE or NOT_FOUND (e.g. INFEASIBLE_SIZE=2Ti)" >&2; exit 2; fi
 	bash hack/build-k8s-bins.sh >/dev/null
 	E2E_DRIVER_CMD="$(DRIVER_CMD)" E2E_DRIVER_NAME="$(DRIVER_NAME)" E2E_DRIVER_ENDPOINT="$(DRIVER_ENDPOINT)" E2E_INFEASIBLE_SIZE="$(INFEASIBLE_SIZE)" \
+	  E2E_NODE_EXPANSION_REQUIRED="$(NODE_EXPANSION_REQUIRED)" \
 	  $(GO) test -tags integration -count=1 -timeout 30m -v ./test/e2e/...
+
+# The e2e suite against hostpathplugin: with its defaults (controller expansion answering
+# node_expansion_required=true, so the suite plays the kubelet's NodeExpandVolume), then node-only
+# (--disable-controller-expansion: the node refuses the infeasible size). --max-volume-size=10Gi
+# makes 20Gi the infeasible size, refused with OUT_OF_RANGE on both sides.
+HOSTPATH_CMD = $(abspath $(HOSTPATH_PLUGIN)) --endpoint={endpoint} --nodeid=e2e-node --statedir={statedir} -v=5 --max-volume-size=10737418240
+HOSTPATH_E2E = E2E_DRIVER_ENDPOINT= E2E_MOCK_NODE_EXPANSION_REQUIRED= E2E_DRIVER_NAME=hostpath.csi.k8s.io E2E_INFEASIBLE_SIZE=20Gi \
+  $(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/e2e/...
+
+test-e2e-hostpath: ## the e2e suite against csi-driver-host-path (HOSTPATH_PLUGIN=path/to/hostpathplugin): controller + node step, then node-only
+ifeq ($(wildcard $(HOSTPATH_PLUGIN)),)
+	@if [ "$(CI)" = true ]; then \
+	  echo "test-e2e-hostpath: FAIL: no csi-driver-host-path at $(HOSTPATH_PLUGIN); CI must run the e2e suite against it (set HOSTPATH_PLUGIN=path/to/hostpathplugin)" >&2; exit 1; fi
+	@echo "test-e2e-hostpath: skipped: no csi-driver-host-path at $(HOSTPATH_PLUGIN) (set HOSTPATH_PLUGIN=path/to/hostpathplugin to run the e2e suite against it)"
+else
+	bash hack/build-k8s-bins.sh >/dev/null
+	E2E_DRIVER_CMD="$(HOSTPATH_CMD)" E2E_NODE_EXPANSION_REQUIRED=true $(HOSTPATH_E2E)
+	E2E_DRIVER_CMD="$(HOSTPATH_CMD) --disable-controller-expansion" E2E_NODE_EXPANSION_REQUIRED= $(HOSTPATH_E2E)
+endif
 
 demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery
 	bash hack/demo.sh

@@ -23,8 +23,10 @@ import (
 // the mock (see DriverFromEnv).
 const (
 	// EnvDriverCmd is a shell command line that starts a CSI driver; the
-	// placeholder {endpoint} is replaced by unix:///path/to/socket. E.g.
-	// `hostpathplugin --endpoint={endpoint} --nodeid=node-1 --drivername=hostpath.csi.k8s.io`.
+	// placeholder {endpoint} is replaced by unix:///path/to/socket and
+	// {statedir} by a directory of the driver's own, kept across its restarts
+	// and removed when the test ends. E.g.
+	// `hostpathplugin --endpoint={endpoint} --nodeid=node-1 --statedir={statedir}`.
 	EnvDriverCmd = "E2E_DRIVER_CMD"
 	// EnvDriverEndpoint is the endpoint (unix:///path or a path) of a driver
 	// that is already running.
@@ -115,8 +117,9 @@ func StartMockDriver(t testing.TB, opts MockDriverOptions) *Driver {
 
 // ExternalDriverOptions describes a real CSI driver.
 type ExternalDriverOptions struct {
-	// Command is a shell command line with the {endpoint} placeholder; the
-	// framework picks the socket and starts the command.
+	// Command is a shell command line with the {endpoint} placeholder (and
+	// optionally {statedir}, see EnvDriverCmd); the framework picks the socket
+	// and the directory and starts the command.
 	Command string
 	// Endpoint of a driver that is already running (used when Command is
 	// empty).
@@ -135,7 +138,9 @@ func StartExternalDriver(t testing.TB, opts ExternalDriverOptions) *Driver {
 	case opts.Command != "":
 		d.SocketPath = filepath.Join(shortTempDir(t), "csi.sock")
 		d.Endpoint = "unix://" + d.SocketPath
-		cmdline := strings.ReplaceAll(opts.Command, "{endpoint}", shellQuote(d.Endpoint))
+		// A driver that keeps state on disk (csi-driver-host-path's --statedir) must not
+		// share it with other tests, nor lose it when the test restarts the driver.
+		cmdline := strings.NewReplacer("{endpoint}", shellQuote(d.Endpoint), "{statedir}", shellQuote(t.TempDir())).Replace(opts.Command)
 		// exec: the driver replaces the shell, so signals reach it directly.
 		d.Process = StartProcess(t, "csi-driver", "/bin/sh", "-c", "exec "+cmdline)
 	case opts.Endpoint != "":
@@ -254,6 +259,59 @@ func (d *Driver) CreateVolume(ctx context.Context, name string, bytes int64) (st
 		return "", fmt.Errorf("CreateVolume %s: %w", name, err)
 	}
 	return resp.GetVolume().GetVolumeId(), nil
+}
+
+// ExpansionCapabilities reports whether the driver advertises controller EXPAND_VOLUME
+// (ControllerGetCapabilities) and node EXPAND_VOLUME (NodeGetCapabilities): a driver with
+// only the latter is node-only, the resizer makes no CSI call for it.
+func (d *Driver) ExpansionCapabilities(ctx context.Context) (controller, node bool, err error) {
+	conn, err := d.Dial()
+	if err != nil {
+		return false, false, err
+	}
+	defer conn.Close()
+	cc, err := csi.NewControllerClient(conn).ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+	if err != nil {
+		return false, false, fmt.Errorf("ControllerGetCapabilities: %w", err)
+	}
+	for _, c := range cc.GetCapabilities() {
+		if c.GetRpc().GetType() == csi.ControllerServiceCapability_RPC_EXPAND_VOLUME {
+			controller = true
+		}
+	}
+	nc, err := csi.NewNodeClient(conn).NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+	if err != nil {
+		return false, false, fmt.Errorf("NodeGetCapabilities: %w", err)
+	}
+	for _, c := range nc.GetCapabilities() {
+		if c.GetRpc().GetType() == csi.NodeServiceCapability_RPC_EXPAND_VOLUME {
+			node = true
+		}
+	}
+	return controller, node, nil
+}
+
+// NodeExpandVolume makes the kubelet's node-side expansion call for a mounted volume:
+// volumeID grown to bytes, volumePath standing for the path the volume is published at
+// (there is no kubelet and no mount here, so drivers that only check the path, as
+// csi-driver-host-path and the mock do, are what it suits). The error keeps the driver's
+// gRPC status.
+func (d *Driver) NodeExpandVolume(ctx context.Context, volumeID, volumePath string, bytes int64) error {
+	conn, err := d.Dial()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = csi.NewNodeClient(conn).NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
+		VolumeId:         volumeID,
+		VolumePath:       volumePath,
+		CapacityRange:    &csi.CapacityRange{RequiredBytes: bytes},
+		VolumeCapability: volumeCapability(),
+	})
+	if err != nil {
+		return fmt.Errorf("NodeExpandVolume %s to %d bytes: %w", volumeID, bytes, err)
+	}
+	return nil
 }
 
 // NodeID returns the driver's node id (NodeGetInfo).

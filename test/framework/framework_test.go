@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,31 @@ func TestProcessStopRestartKill(t *testing.T) {
 	}
 	if n := strings.Count(p.Log(), "=== sleep start #"); n != 2 {
 		t.Errorf("log has %d start headers, want 2:\n%s", n, p.Log())
+	}
+}
+
+// Freeze stops the process (state T in /proc), Thaw lets it run again.
+func TestProcessFreezeThaw(t *testing.T) {
+	p := StartProcess(t, "sleep", "/bin/sleep", "60")
+	state := func() string {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.Pid()), "stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// pid (comm) state ...: the state is the field after the closing parenthesis.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		return f[0]
+	}
+	if err := p.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 5*time.Second, func() (bool, string) { return state() == "T", "state " + state() + ", want T (stopped)" })
+	if err := p.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 5*time.Second, func() (bool, string) { return state() != "T", "still stopped after Thaw" })
+	if exited, err := p.Exited(); exited {
+		t.Fatalf("exited after Thaw: %v", err)
 	}
 }
 

@@ -223,10 +223,17 @@ func (p *Process) Kill() error {
 
 // Freeze sends SIGSTOP to the process group: the process stays alive (its connections stay
 // open, its lease is not released) but does nothing until it is killed, like a hung node. A
-// test uses it to make sure work stays undone before a Kill. SIGKILL still ends a frozen
-// process; nothing in the framework resumes it.
+// test uses it to make sure work stays undone before a Kill, or that the process acts only
+// once something else has happened (Thaw). SIGKILL still ends a frozen process.
 func (p *Process) Freeze() error {
 	_, err := p.signal(syscall.SIGSTOP)
+	return err
+}
+
+// Thaw sends SIGCONT to the process group: a frozen process goes on from where it stopped,
+// with whatever its connections received meanwhile.
+func (p *Process) Thaw() error {
+	_, err := p.signal(syscall.SIGCONT)
 	return err
 }
 
