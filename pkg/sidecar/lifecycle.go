@@ -81,9 +81,14 @@ func runUntilStopped(ctx context.Context, opts *Options, config *rest.Config, dr
 
 // waitStopped waits until the controller ends by itself (its error), or ctx ends; then, if the
 // controller had started, until it stops, at most grace. stopped says nothing runs any more.
+// Once ctx has ended, what the controller returns is the stop's doing (e.g. caches that could
+// not sync because the stop came first), not an error.
 func waitStopped(ctx context.Context, grace time.Duration, started <-chan struct{}, done <-chan error) (stopped bool, err error) {
 	select {
 	case err := <-done:
+		if ctx.Err() != nil {
+			return true, nil
+		}
 		return true, err
 	case <-ctx.Done():
 	}
@@ -93,8 +98,8 @@ func waitStopped(ctx context.Context, grace time.Duration, started <-chan struct
 		return true, nil // a standby, or stopped before the driver was ready
 	}
 	select {
-	case err := <-done:
-		return true, err
+	case <-done:
+		return true, nil
 	case <-time.After(grace):
 		return false, nil
 	}

@@ -106,13 +106,18 @@ func TestReleaseLeaderElectionOnExit(t *testing.T) {
 
 	// Without the gate: the Lease still names the stopped process.
 	first := e.StartResizer(t, le...)
-	framework.Eventually(t, 60*time.Second, func() (bool, string) { return holder() != "", "no holder of Lease " + lease })
+	framework.Eventually(t, 60*time.Second, func() (bool, string) {
+		return holder() != "" && first.LogContains("Starting workers"), "the first process does not lead Lease " + lease + " with its workers started yet"
+	})
 	stopped := holder()
 	if err := first.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if h := holder(); h != stopped {
 		t.Fatalf("after SIGTERM without ReleaseLeaderElectionOnExit the Lease holder is %q, want %q still (left to expire)", h, stopped)
+	}
+	if code := first.ExitCode(); code != 0 {
+		t.Errorf("exit status %d after SIGTERM without ReleaseLeaderElectionOnExit, want 0", code)
 	}
 
 	// With the gate: the next process leads (once the old Lease expired) and resizes; on
@@ -130,5 +135,9 @@ func TestReleaseLeaderElectionOnExit(t *testing.T) {
 	}
 	if h := holder(); h != "" {
 		t.Errorf("after SIGTERM with ReleaseLeaderElectionOnExit the Lease holder is %q, want it cleared", h)
+	}
+	// csi-lib-utils ends the process when leading stops, with status 1, as in external-resizer.
+	if code := second.ExitCode(); code != 1 {
+		t.Errorf("exit status %d after SIGTERM with ReleaseLeaderElectionOnExit, want 1 (csi-lib-utils' \"Stopped leading\")", code)
 	}
 }
