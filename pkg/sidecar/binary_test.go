@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -116,7 +117,9 @@ func TestBinaryHelp(t *testing.T) {
 		"leader-election-lease-duration": "15s", "leader-election-renew-deadline": "10s",
 		"leader-election-retry-period": "5s", "leader-election-labels": "", "kube-api-qps": "5",
 		"kube-api-burst": "10", "http-endpoint": "", "metrics-address": "", "metrics-path": `"/metrics"`,
-		"feature-gates": "", "extra-modify-metadata": "", "version": "", "v": "",
+		"feature-gates": "", "extra-modify-metadata": "", "version": "", "v": "", "vmodule": "",
+		"automaxprocs": "", "logging-format": `"text"`, "log-flush-frequency": "5s", "log-text-split-stream": "",
+		"log-json-split-stream": "", "log-text-info-buffer-size": "", "log-json-info-buffer-size": "",
 	}
 	for name, def := range shown {
 		text, ok := flags[name]
@@ -133,7 +136,8 @@ func TestBinaryHelp(t *testing.T) {
 			t.Errorf("--help shows --%s default %q, want %q:\n%s", name, got, def, text)
 		}
 	}
-	for _, gate := range []string{"RecoverVolumeExpansionFailure=true|false (GA - default=true)", "AnnotateFsResize=true|false (BETA - default=true)"} {
+	for _, gate := range []string{"RecoverVolumeExpansionFailure=true|false (GA - default=true)", "AnnotateFsResize=true|false (BETA - default=true)",
+		"VolumeAttributesClass=true|false (GA - default=true)", "ReleaseLeaderElectionOnExit=true|false (ALPHA - default=false)"} {
 		if !strings.Contains(flags["feature-gates"], gate) {
 			t.Errorf("--feature-gates help does not list %q:\n%s", gate, flags["feature-gates"])
 		}
@@ -164,6 +168,8 @@ func TestBinaryInvalidInput(t *testing.T) {
 		{"zero workers", []string{"--workers=0"}, []string{"--workers"}},
 		{"unknown feature gate", []string{"--feature-gates=NoSuchGate=true"}, []string{"feature-gates", "NoSuchGate"}},
 		{"both endpoints", []string{"--http-endpoint=:0", "--metrics-address=:0"}, []string{"--http-endpoint", "--metrics-address"}},
+		{"alpha logging option", []string{"--log-json-split-stream"}, []string{"--log-json-split-stream", "LoggingAlphaOptions"}},
+		{"vmodule with json", []string{"--logging-format=json", "--vmodule=run=4"}, []string{"--vmodule"}},
 		{"retry start above max", []string{"--retry-interval-start=10m", "--retry-interval-max=1m"}, []string{"--retry-interval-start"}},
 		{"missing socket", []string{"--csi-address=" + missing, "--timeout=1s"}, []string{"--csi-address", missing, "--timeout"}},
 		// Past csi-lib-utils' 10s "Still connecting" interval: the progress line must not reach
@@ -187,5 +193,33 @@ func TestBinaryInvalidInput(t *testing.T) {
 				t.Errorf("stderr has %d lines, want 1:\n%s", len(lines), r.stderr)
 			}
 		})
+	}
+}
+
+// TestBinaryJSONLogging: with --logging-format=json everything the process writes on stderr,
+// the feature gates' warnings and the reason it stops included, is one JSON object per line.
+// (test/integration's TestDriverChartArgs checks a whole resize at -v=5.)
+func TestBinaryJSONLogging(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.sock")
+	r := runBinary(t, "--logging-format=json", "-v=5", "--csi-address="+missing, "--timeout=1s",
+		"--feature-gates=RecoverVolumeExpansionFailure=false,AnnotateFsResize=true")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1 (no driver); stderr:\n%s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("%d lines on stderr, want the gates' lines and the error:\n%s", len(lines), r.stderr)
+	}
+	for i, line := range lines {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(line), &obj); err != nil {
+			t.Errorf("stderr line %d is not a JSON object (%v): %s", i+1, err, line)
+		}
+	}
+	if last := lines[len(lines)-1]; !strings.Contains(last, `"err":`) || !strings.Contains(last, missing) {
+		t.Errorf("the last line is not the error naming the socket: %s", last)
+	}
+	if !strings.Contains(r.stderr, "RecoverVolumeExpansionFailure") {
+		t.Errorf("the GA gate's warning is missing:\n%s", r.stderr)
 	}
 }

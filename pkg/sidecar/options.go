@@ -1,17 +1,20 @@
 // Package sidecar turns the command line of csi-resizer into a running controller: flags (the
-// upstream external-resizer's, with the same names and defaults), the driver handshake, the
-// informers, the HTTP endpoint and leader election.
+// upstream external-resizer's, with the same names and defaults), logging, feature gates, the
+// driver handshake, the informers, the HTTP endpoint and leader election.
 package sidecar
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
+	cflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-resizer/csi-resizer/pkg/features"
@@ -29,19 +32,38 @@ type Options struct {
 	RetryIntervalMax       time.Duration
 	HandleVolumeInUseError bool
 	ExtraModifyMetadata    bool
-	FeatureGates           featuregate.MutableFeatureGate
+	// FeatureGates holds the gates' values once ApplyFeatureGates has run.
+	FeatureGates featuregate.MutableVersionedFeatureGate
+	// Logging is component-base's logging configuration: --logging-format, -v, --vmodule,
+	// --log-flush-frequency and the --log-{text,json}-* options.
+	Logging *logsapi.LoggingConfiguration
+
+	// gates are the --feature-gates values as given, applied by ApplyFeatureGates once
+	// logging is configured: setting a GA gate logs a warning, which must come out in the
+	// chosen format.
+	gates map[string]bool
+	// startupNotes are what --automaxprocs reports while the flags are parsed, before
+	// logging is configured; LogStartupNotes logs them.
+	startupNotes []string
+	// loggingApplied: ApplyLogging has configured the process's logging.
+	loggingApplied bool
 }
 
 // AddFlags registers every flag on fs. standardflags registers the flags shared by all CSI
-// sidecars (--csi-address, --kubeconfig, leader election, QPS, HTTP endpoint...) so they mean
-// exactly what they mean in the other sidecars.
+// sidecars (--csi-address, --kubeconfig, leader election, QPS, HTTP endpoint, --automaxprocs...)
+// and component-base the logging flags, so they mean exactly what they mean in the other
+// sidecars.
 func AddFlags(fs *flag.FlagSet) *Options {
-	o := &Options{Common: &standardflags.Configuration, FeatureGates: features.NewGate()}
+	o := &Options{Common: &standardflags.Configuration, FeatureGates: features.NewGate(), Logging: logsapi.NewLoggingConfiguration()}
+	// standardflags registers --metrics-path and --automaxprocs on flag.CommandLine whatever set
+	// it is given: point the global set at fs meanwhile, so every flag lands in fs.
+	saved := flag.CommandLine
+	flag.CommandLine = fs
+	defer func() { flag.CommandLine = saved }()
 	standardflags.RegisterCommonFlags(fs)
-	if fs != flag.CommandLine && fs.Lookup("metrics-path") == nil {
-		// standardflags defines --metrics-path on the global flag set only.
-		fs.StringVar(&o.Common.MetricsPath, "metrics-path", "/metrics", "The HTTP path where prometheus metrics will be exposed. Default is `/metrics`.")
-	}
+	standardflags.AddAutomaxprocs(func(format string, args ...any) {
+		o.startupNotes = append(o.startupNotes, fmt.Sprintf(format, args...))
+	})
 	fs.StringVar(&o.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the resizer is being run out of cluster.")
 	fs.DurationVar(&o.Timeout, "timeout", 10*time.Second, "Timeout for waiting for the CSI driver socket and for each CSI call.")
 	fs.IntVar(&o.Workers, "workers", 10, "Number of PVCs processed concurrently.")
@@ -50,9 +72,9 @@ func AddFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of a failed volume expansion; also the retry interval of infeasible expansions.")
 	fs.BoolVar(&o.HandleVolumeInUseError, "handle-volume-inuse-error", true, "Wait, instead of retrying, while a pod uses a volume that the driver can only expand offline (FAILED_PRECONDITION). Watches pods only when needed.")
 	fs.BoolVar(&o.ExtraModifyMetadata, "extra-modify-metadata", false, "Accepted for compatibility with external-resizer. It adds PV/PVC metadata to ModifyVolume requests, and this sidecar does not implement VolumeAttributesClass modification, so it has no effect.")
-	// KnownFeatures leaves out GA gates; this one can still be switched off, so list it.
-	known := append(o.FeatureGates.KnownFeatures(), string(features.RecoverVolumeExpansionFailure)+"=true|false (GA - default=true)")
-	fs.Var(featureGateFlag{o.FeatureGates}, "feature-gates", "A set of key=value pairs that describe feature gates. Options are:\n"+strings.Join(known, "\n"))
+	fs.Var(&featureGateFlag{gate: o.FeatureGates, values: cflag.NewMapStringBool(&o.gates)}, "feature-gates",
+		"A set of key=value pairs that describe feature gates (those of external-resizer, with its defaults). Options are:\n"+strings.Join(features.Help(o.FeatureGates), "\n"))
+	logsapi.AddGoFlags(o.Logging, fs)
 	return o
 }
 
@@ -103,11 +125,50 @@ func (o *Options) WarnIgnored(logger klog.Logger) {
 	}
 }
 
-// featureGateFlag adapts a feature gate to the standard flag package.
+// featureGateFlag is --feature-gates: key=value pairs, repeatable, as external-resizer's. A
+// gate this sidecar does not know is refused while parsing, so that the error names the flag.
 type featureGateFlag struct {
-	gate featuregate.MutableFeatureGate
+	gate   featuregate.MutableFeatureGate
+	values *cflag.MapStringBool
 }
 
-func (f featureGateFlag) String() string { return "" }
+func (f *featureGateFlag) String() string {
+	if f.values == nil {
+		return ""
+	}
+	return f.values.String()
+}
 
-func (f featureGateFlag) Set(v string) error { return f.gate.Set(v) }
+func (f *featureGateFlag) Set(v string) error {
+	if err := f.values.Set(v); err != nil {
+		return err
+	}
+	known := f.gate.GetAll()
+	var unknown []string
+	for name := range *f.values.Map {
+		if _, ok := known[featuregate.Feature(name)]; !ok {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fmt.Errorf("unrecognized feature gate: %s", strings.Join(unknown, ", "))
+	}
+	return nil
+}
+
+// ApplyFeatureGates sets the --feature-gates values on FeatureGates. Call it once logging is
+// configured.
+func (o *Options) ApplyFeatureGates() error {
+	if err := o.FeatureGates.SetFromMap(o.gates); err != nil {
+		return fmt.Errorf("--feature-gates: %w", err)
+	}
+	return nil
+}
+
+// LogStartupNotes logs what the flags reported while they were parsed (--automaxprocs).
+func (o *Options) LogStartupNotes(logger klog.Logger) {
+	for _, note := range o.startupNotes {
+		logger.Info(note)
+	}
+}

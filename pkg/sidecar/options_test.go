@@ -45,7 +45,7 @@ func TestFlagDefaults(t *testing.T) {
 }
 
 // upstreamDefaults are the external-resizer's flags and defaults (docs/design.md §2.1), as
-// flag.FlagSet prints them.
+// flag.FlagSet prints them. TestUpstreamHelp checks them against upstream's binary itself.
 var upstreamDefaults = map[string]string{
 	"csi-address":                    "/run/csi/socket",
 	"kubeconfig":                     "",
@@ -70,6 +70,15 @@ var upstreamDefaults = map[string]string{
 	"feature-gates":                  "",
 	"extra-modify-metadata":          "false",
 	"version":                        "false",
+	"automaxprocs":                   "",
+	"logging-format":                 "text",
+	"log-flush-frequency":            "5s",
+	"log-text-split-stream":          "false",
+	"log-json-split-stream":          "false",
+	"log-text-info-buffer-size":      "0",
+	"log-json-info-buffer-size":      "0",
+	"v":                              "0",
+	"vmodule":                        "",
 }
 
 func TestValidate(t *testing.T) {

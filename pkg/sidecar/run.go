@@ -46,47 +46,59 @@ import (
 // Main is the whole csi-resizer command. It returns the process exit code.
 func Main(args []string, version string) int {
 	fs := flag.NewFlagSet("csi-resizer", flag.ContinueOnError)
-	// standardflags defines --metrics-path on flag.CommandLine; point the global set at ours
-	// so every flag lands in one place.
+	// standardflags' --automaxprocs sets itself through flag.CommandLine: point the global set
+	// at ours so every flag lands in one place.
 	flag.CommandLine = fs
-	klog.InitFlags(fs)
 	opts := AddFlags(fs)
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stdout)
-			fmt.Fprintf(os.Stdout, "Usage of csi-resizer (%s):\n", version)
-			fs.PrintDefaults()
-			return 0
-		}
-		fmt.Fprintf(os.Stderr, "csi-resizer: %v (see --help)\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "csi-resizer: unexpected arguments %q (see --help)\n", fs.Args())
-		return 2
+	if code, exit := parseFlags(fs, args, version); exit {
+		return code
 	}
 	if opts.Common.ShowVersion {
 		fmt.Println(os.Args[0], version)
 		return 0
 	}
+	// Logging first, as in the other sidecars: whatever is logged from here on, the feature
+	// gates' warnings included, comes out in the chosen format.
+	if err := opts.ApplyLogging(); err != nil {
+		return opts.exitWith(2, err)
+	}
+	if err := opts.ApplyFeatureGates(); err != nil {
+		return opts.exitWith(2, err)
+	}
 	if err := opts.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "csi-resizer: %v\n", err)
-		return 2
+		return opts.exitWith(2, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logger := klog.FromContext(ctx)
-	opts.WarnIgnored(logger)
+	opts.WarnIgnored(klog.FromContext(ctx))
 	// Nothing is logged at the default verbosity before the driver answers (csi.Connect moves
 	// csi-lib-utils' connection progress to -v=2), so a start-up failure is the one line below.
 	if err := run(ctx, opts, version); err != nil {
-		fmt.Fprintf(os.Stderr, "csi-resizer: %v\n", err)
-		klog.Flush()
-		return 1
+		return opts.exitWith(1, err)
 	}
 	klog.Flush()
 	return 0
+}
+
+// parseFlags parses the command line. exit says the command is done (--help, or a parse
+// error reported as one line on stderr), with code its exit status.
+func parseFlags(fs *flag.FlagSet, args []string, version string) (code int, exit bool) {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(os.Stdout)
+		fmt.Fprintf(os.Stdout, "Usage of csi-resizer (%s):\n", version)
+		fs.PrintDefaults()
+		return 0, true
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "csi-resizer: %v (see --help)\n", err)
+		return 2, true
+	case fs.NArg() > 0:
+		fmt.Fprintf(os.Stderr, "csi-resizer: unexpected arguments %q (see --help)\n", fs.Args())
+		return 2, true
+	}
+	return 0, false
 }
 
 func run(ctx context.Context, opts *Options, version string) error {
@@ -159,35 +171,12 @@ func run(ctx context.Context, opts *Options, version string) error {
 		logger.Info("Serving metrics", "address", addr, "path", opts.Common.MetricsPath)
 	}
 
-	runErr := make(chan error, 1)
-	runController := func(ctx context.Context) {
+	opts.LogStartupNotes(logger)
+	checkVolumeAttributesClass(logger, client.Discovery(), opts.FeatureGates)
+	return runUntilStopped(ctx, opts, config, driver.Name, mux, func(ctx context.Context) error {
 		factory.Start(ctx.Done())
-		runErr <- ctrl.Run(ctx, opts.Workers)
-	}
-	if opts.Common.LeaderElection {
-		le, err := newLeaderElection(ctx, config, opts, driver.Name, mux, runController)
-		if err != nil {
-			return err
-		}
-		go func() {
-			if err := le.Run(); err != nil {
-				runErr <- fmt.Errorf("leader election: %w", err)
-			}
-		}()
-	} else {
-		go runController(ctx)
-	}
-	select {
-	case err := <-runErr:
-		return err
-	case <-ctx.Done():
-		select {
-		case err := <-runErr:
-			return err
-		case <-time.After(5 * time.Second):
-			return nil
-		}
-	}
+		return ctrl.Run(ctx, opts.Workers)
+	})
 }
 
 // slimObject is the informers' transform: of each PVC and PV it keeps only what the resizer
@@ -448,7 +437,9 @@ func newLeaderElection(ctx context.Context, config *rest.Config, opts *Options, 
 	le.WithLeaseDuration(opts.Common.LeaderElectionLeaseDuration)
 	le.WithRenewDeadline(opts.Common.LeaderElectionRenewDeadline)
 	le.WithRetryPeriod(opts.Common.LeaderElectionRetryPeriod)
-	le.WithReleaseOnCancel(true)
+	// ctx ends only once the controller has stopped (runUntilStopped), and then the Lease is
+	// released only with ReleaseLeaderElectionOnExit, as in external-resizer.
+	le.WithReleaseOnCancel(opts.FeatureGates.Enabled(features.ReleaseLeaderElectionOnExit))
 	le.WithContext(ctx)
 	if opts.HTTPAddress() != "" {
 		le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
