@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -196,14 +195,6 @@ func leaderIdentity() (string, error) {
 	return host + "_" + hex.EncodeToString(suffix), nil
 }
 
-// processMetrics returns the process's metrics, registered once in
-// legacyregistry (the global registry cannot take the same names twice, and
-// tests call run more than once per process).
-var processMetrics = sync.OnceValues(func() (*ssmetrics.Metrics, error) {
-	m := ssmetrics.New()
-	return m, m.Register(legacyregistry.Register)
-})
-
 func run(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
 	config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
@@ -223,8 +214,8 @@ func run(ctx context.Context, o *options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: command})
 
-	m, err := processMetrics()
-	if err != nil {
+	m := ssmetrics.New()
+	if err := m.Register(legacyregistry.Register); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	ctrl, err := controller.New(ctx, client, factory, recorder, clock.RealClock{}, controller.Options{Metrics: m})

@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
 // lastAppliedAnnotation is kubectl's copy of the applied manifest; on
@@ -27,45 +26,29 @@ func (c *Controller) enqueueStatefulSet(obj any) {
 	}
 }
 
-// updateStatefulSet ignores updates that only carry our own status write,
-// so the controller does not re-process what it just wrote. Resyncs (same
-// resourceVersion) go through: they are the periodic safety net.
-func (c *Controller) updateStatefulSet(oldObj, newObj any) {
-	oldSTS, ok1 := oldObj.(*appsv1.StatefulSet)
-	newSTS, ok2 := newObj.(*appsv1.StatefulSet)
-	if ok1 && ok2 && oldSTS.ResourceVersion != newSTS.ResourceVersion && onlyStatusAnnotationChanged(oldSTS, newSTS) {
-		return
-	}
+// updateStatefulSet enqueues every update, the echo of the controller's own
+// status write included: writeStatus skips a write while the cache is behind
+// that write and relies on the echo to compare again. A sync of an unchanged
+// StatefulSet reads caches only and writes nothing. Resyncs (same
+// resourceVersion) go through too: they are the periodic safety net.
+func (c *Controller) updateStatefulSet(_, newObj any) {
 	c.enqueueStatefulSet(newObj)
 }
 
-func onlyStatusAnnotationChanged(a, b *appsv1.StatefulSet) bool {
-	if a.UID != b.UID || a.Generation != b.Generation || !equality.Semantic.DeepEqual(a.Status, b.Status) ||
-		!equality.Semantic.DeepEqual(a.Labels, b.Labels) || !a.DeletionTimestamp.Equal(b.DeletionTimestamp) ||
-		!equality.Semantic.DeepEqual(a.Spec, b.Spec) {
-		return false
+// fromEvent returns the object of an informer event, unwrapping the
+// tombstone of a delete the informer missed.
+func fromEvent[T any](obj any) (T, bool) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
 	}
-	if len(a.Annotations) != len(b.Annotations) {
-		return false
-	}
-	for k, v := range a.Annotations {
-		if bv, ok := b.Annotations[k]; !ok || (bv != v && k != status.Annotation) {
-			return false
-		}
-	}
-	return true
+	typed, ok := obj.(T)
+	return typed, ok
 }
 
 func (c *Controller) podChanged(obj any) {
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := fromEvent[*corev1.Pod](obj)
 	if !ok {
-		tombstone, isTombstone := obj.(cache.DeletedFinalStateUnknown)
-		if !isTombstone {
-			return
-		}
-		if pod, ok = tombstone.Obj.(*corev1.Pod); !ok {
-			return
-		}
+		return
 	}
 	for _, key := range c.statefulSetsForPod(pod) {
 		c.queue.Add(key)
@@ -111,15 +94,9 @@ func (c *Controller) statefulSetsForPod(pod *corev1.Pod) []string {
 }
 
 func (c *Controller) pvcChanged(obj any) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	pvc, ok := fromEvent[*corev1.PersistentVolumeClaim](obj)
 	if !ok {
-		tombstone, isTombstone := obj.(cache.DeletedFinalStateUnknown)
-		if !isTombstone {
-			return
-		}
-		if pvc, ok = tombstone.Obj.(*corev1.PersistentVolumeClaim); !ok {
-			return
-		}
+		return
 	}
 	for _, key := range c.statefulSetsForPVC(pvc) {
 		c.queue.Add(key)
@@ -127,8 +104,8 @@ func (c *Controller) pvcChanged(obj any) {
 }
 
 func (c *Controller) pvcDeleted(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.writes.forget("pvc:" + key)
+	if pvc, ok := fromEvent[*corev1.PersistentVolumeClaim](obj); ok {
+		c.fresh.Forget(writeKey("pvc", pvc.Namespace, pvc.Name))
 	}
 	c.pvcChanged(obj)
 }
