@@ -133,7 +133,7 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 			AddFunc: c.enqueueStatefulSet, UpdateFunc: c.updateStatefulSet, DeleteFunc: c.enqueueStatefulSet}},
 		{podInformer.Informer(), transformPod, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.podChanged, UpdateFunc: c.updatePod, DeleteFunc: c.podChanged}},
-		{pvcInformer.Informer(), transformPVC, cache.ResourceEventHandlerFuncs{
+		{pvcInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.pvcChanged, UpdateFunc: c.updatePVC, DeleteFunc: c.pvcDeleted}},
 		{scInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.storageClassChanged, UpdateFunc: c.updateStorageClass, DeleteFunc: c.storageClassChanged}},

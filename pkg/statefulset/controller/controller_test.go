@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
@@ -118,29 +117,12 @@ func TestPermanentPatchErrorParallel(t *testing.T) {
 	if st.Templates[0].InfeasibleReplicas != 1 || !strings.Contains(st.Templates[0].Message, "data-web-1") {
 		t.Errorf("status %+v", st)
 	}
-	if err := testutil.GatherAndCompare(h.registry, strings.NewReader(`
-# HELP statefulset_resizer_pvc_patches_total [ALPHA] PVC storage request patches made by statefulset-resizer, by result: success, rejected (permanent API error), error (transient, retried).
-# TYPE statefulset_resizer_pvc_patches_total counter
-statefulset_resizer_pvc_patches_total{result="error"} 0
-statefulset_resizer_pvc_patches_total{result="rejected"} 1
-statefulset_resizer_pvc_patches_total{result="success"} 2
-`), "statefulset_resizer_pvc_patches_total"); err != nil {
-		t.Error(err)
-	}
+	h.wantMetrics("statefulset_resizer_pvc_patches_total", map[string]float64{
+		`result="error"`: 0, `result="rejected"`: 1, `result="success"`: 2})
 
 	// Re-evaluation (any later change of the StatefulSet) retries the patch
 	// but does not repeat the event or rewrite an unchanged status.
-	h.catchUp()
-	statusWrites := len(h.actions("patch", "statefulsets"))
-	if err := h.sync(); err != nil {
-		t.Fatal(err)
-	}
-	if ev := h.events(); len(ev) != 0 {
-		t.Errorf("repeated events %q", ev)
-	}
-	if n := len(h.actions("patch", "statefulsets")); n != statusWrites {
-		t.Errorf("status rewritten although unchanged (%d -> %d writes)", statusWrites, n)
-	}
+	h.resyncChangesNothing()
 }
 
 // KEP-661 Test Plan: "For monotonic, the StatefulSet reconciliation should
@@ -224,7 +206,7 @@ func TestPatchConflictIsRetriedFromTheNewState(t *testing.T) {
 	}
 }
 
-// DESIGN §3 rule 4: a KEP-1790 infeasible PVC is surfaced on the
+// docs/design.md §3 rule 4: a KEP-1790 infeasible PVC is surfaced on the
 // StatefulSet: event VolumeResizeInfeasible with the PVC and the driver's
 // message, infeasibleReplicas and message in the status, the gauge.
 func TestInfeasiblePVCIsSurfaced(t *testing.T) {
@@ -254,29 +236,12 @@ func TestInfeasiblePVCIsSurfaced(t *testing.T) {
 	if st.ObservedGeneration != 1 || len(st.Templates) != 1 || st.Templates[0] != want {
 		t.Errorf("status %+v, want %+v", st, want)
 	}
-	if err := testutil.GatherAndCompare(h.registry, strings.NewReader(`
-# HELP statefulset_resizer_replicas_infeasible [ALPHA] Replicas of a StatefulSet whose PVC of a volume claim template cannot reach the template size without a user action.
-# TYPE statefulset_resizer_replicas_infeasible gauge
-statefulset_resizer_replicas_infeasible{namespace="ns",statefulset="web",template="data"} 1
-# HELP statefulset_resizer_replicas_pending [ALPHA] Replicas of a StatefulSet whose PVC of a volume claim template has not reached the template size yet and is not infeasible.
-# TYPE statefulset_resizer_replicas_pending gauge
-statefulset_resizer_replicas_pending{namespace="ns",statefulset="web",template="data"} 1
-`), "statefulset_resizer_replicas_infeasible", "statefulset_resizer_replicas_pending"); err != nil {
-		t.Error(err)
-	}
+	const series = `namespace="ns",statefulset="web",template="data"`
+	h.wantMetrics("statefulset_resizer_replicas_infeasible", map[string]float64{series: 1})
+	h.wantMetrics("statefulset_resizer_replicas_pending", map[string]float64{series: 1})
 
 	// Same state again: no new event, no status write.
-	h.catchUp()
-	writes := len(h.actions("patch", "statefulsets"))
-	if err := h.sync(); err != nil {
-		t.Fatal(err)
-	}
-	if ev := h.events(); len(ev) != 0 {
-		t.Errorf("repeated events %q", ev)
-	}
-	if n := len(h.actions("patch", "statefulsets")); n != writes {
-		t.Errorf("unchanged status rewritten")
-	}
+	h.resyncChangesNothing()
 
 	// The StatefulSet goes away: its series go too.
 	if err := h.client.AppsV1().StatefulSets(ns).Delete(h.ctx, "web", metav1.DeleteOptions{}); err != nil {
@@ -286,10 +251,8 @@ statefulset_resizer_replicas_pending{namespace="ns",statefulset="web",template="
 	if err := h.sync(); err != nil {
 		t.Fatal(err)
 	}
-	if err := testutil.GatherAndCompare(h.registry, strings.NewReader(""),
-		"statefulset_resizer_replicas_infeasible", "statefulset_resizer_replicas_pending"); err != nil {
-		t.Error(err)
-	}
+	h.wantMetrics("statefulset_resizer_replicas_infeasible", map[string]float64{})
+	h.wantMetrics("statefulset_resizer_replicas_pending", map[string]float64{})
 }
 
 // KEP-661 "Errors When Patching": a StorageClass without
@@ -418,7 +381,7 @@ func TestTransforms(t *testing.T) {
 
 	c := pvc(0, "1Gi")
 	c.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "x"}}
-	out, _ = transformPVC(c)
+	out, _ = stripManagedFields(c)
 	if out.(*corev1.PersistentVolumeClaim).ManagedFields != nil || out.(*corev1.PersistentVolumeClaim).Annotations["keep"] != "me" {
 		t.Errorf("transformed PVC %+v", out)
 	}
@@ -507,7 +470,7 @@ func TestEventCache(t *testing.T) {
 	}
 }
 
-// DESIGN §3 rule 4 for errors that are not infeasible: a ControllerResizeError
+// docs/design.md §3 rule 4 for errors that are not infeasible: a ControllerResizeError
 // with reason Internal (state still ControllerResizeInProgress: csi-resizer
 // retries) reaches the StatefulSet as a VolumeResizeFailing event and an
 // entry in the status message, without counting the replica as infeasible.
@@ -552,13 +515,7 @@ func TestFailingResizeIsSurfacedOncePerProblem(t *testing.T) {
 		t.Errorf("events %q, want one VolumeResizeFailing for data-web-1", ev)
 	}
 	wantStatus("failing", "data-web-1: resize to 10Gi failing, retried by csi-resizer: Internal: backend busy (request 1)")
-	if err := testutil.GatherAndCompare(h.registry, strings.NewReader(`
-# HELP statefulset_resizer_replicas_infeasible [ALPHA] Replicas of a StatefulSet whose PVC of a volume claim template cannot reach the template size without a user action.
-# TYPE statefulset_resizer_replicas_infeasible gauge
-statefulset_resizer_replicas_infeasible{namespace="ns",statefulset="web",template="data"} 0
-`), "statefulset_resizer_replicas_infeasible"); err != nil {
-		t.Error(err)
-	}
+	h.wantMetrics("statefulset_resizer_replicas_infeasible", map[string]float64{`namespace="ns",statefulset="web",template="data"`: 0})
 
 	// csi-resizer starts its retry: a final error is cleared meanwhile.
 	setError("", "")

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 )
@@ -45,15 +46,16 @@ func fromEvent[T any](obj any) (T, bool) {
 	return typed, ok
 }
 
-func (c *Controller) podChanged(obj any) {
-	pod, ok := fromEvent[*corev1.Pod](obj)
-	if !ok {
-		return
-	}
-	for _, key := range c.statefulSetsForPod(pod) {
-		c.queue.Add(key)
+// enqueueFor enqueues the StatefulSets that owners maps an event's object to.
+func enqueueFor[T any](queue workqueue.TypedInterface[string], obj any, owners func(T) []string) {
+	if typed, ok := fromEvent[T](obj); ok {
+		for _, key := range owners(typed) {
+			queue.Add(key)
+		}
 	}
 }
+
+func (c *Controller) podChanged(obj any) { enqueueFor(c.queue, obj, c.statefulSetsForPod) }
 
 // updatePod reacts to what eligibility depends on: phase, revision label,
 // deletion, ownership. Pod status churn (conditions, container states) is
@@ -93,15 +95,7 @@ func (c *Controller) statefulSetsForPod(pod *corev1.Pod) []string {
 	return keys
 }
 
-func (c *Controller) pvcChanged(obj any) {
-	pvc, ok := fromEvent[*corev1.PersistentVolumeClaim](obj)
-	if !ok {
-		return
-	}
-	for _, key := range c.statefulSetsForPVC(pvc) {
-		c.queue.Add(key)
-	}
-}
+func (c *Controller) pvcChanged(obj any) { enqueueFor(c.queue, obj, c.statefulSetsForPVC) }
 
 func (c *Controller) pvcDeleted(obj any) {
 	if pvc, ok := fromEvent[*corev1.PersistentVolumeClaim](obj); ok {
@@ -177,34 +171,26 @@ func (c *Controller) updateStorageClass(oldObj, newObj any) {
 // A cluster-wide Pod informer is the largest cache by far, so pods are
 // reduced to identity, labels, owners, deletion and phase.
 
+// stripManagedFields drops what nothing here reads from any object:
+// managedFields and kubectl's copy of the applied manifest. It is the whole
+// transform of PVCs and StorageClasses.
 func stripManagedFields(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
+		if annotations := m.GetAnnotations(); annotations != nil {
+			delete(annotations, lastAppliedAnnotation)
+		}
 	}
 	return obj, nil
 }
 
 func transformStatefulSet(obj any) (any, error) {
-	sts, ok := obj.(*appsv1.StatefulSet)
-	if !ok {
-		return obj, nil
+	if sts, ok := obj.(*appsv1.StatefulSet); ok {
+		// The pod template is not read (the revision label on pods says
+		// whether a pod is current); its spec is the bulk of a StatefulSet.
+		sts.Spec.Template.Spec = corev1.PodSpec{}
 	}
-	sts.ManagedFields = nil
-	delete(sts.Annotations, lastAppliedAnnotation)
-	// The pod template is not read (the revision label on pods says whether
-	// a pod is current); its spec is the bulk of a StatefulSet.
-	sts.Spec.Template.Spec = corev1.PodSpec{}
-	return sts, nil
-}
-
-func transformPVC(obj any) (any, error) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
-		return obj, nil
-	}
-	pvc.ManagedFields = nil
-	delete(pvc.Annotations, lastAppliedAnnotation)
-	return pvc, nil
+	return stripManagedFields(obj)
 }
 
 func transformPod(obj any) (any, error) {

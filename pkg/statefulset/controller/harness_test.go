@@ -171,6 +171,49 @@ func (h *harness) eventually(what string, cond func() bool) {
 	}
 }
 
+// resyncChangesNothing syncs again once the caches show every write so far:
+// no event is repeated and the unchanged status is not rewritten.
+func (h *harness) resyncChangesNothing() {
+	h.t.Helper()
+	h.catchUp()
+	writes := len(h.actions("patch", "statefulsets"))
+	if err := h.sync(); err != nil {
+		h.t.Fatal(err)
+	}
+	if ev := h.events(); len(ev) != 0 {
+		h.t.Errorf("repeated events %q", ev)
+	}
+	if n := len(h.actions("patch", "statefulsets")); n != writes {
+		h.t.Errorf("status rewritten although unchanged (%d -> %d writes)", writes, n)
+	}
+}
+
+// wantMetrics checks every series of a metric family: want maps its labels,
+// rendered as name="value" pairs in name order, to its value.
+func (h *harness) wantMetrics(family string, want map[string]float64) {
+	h.t.Helper()
+	families, err := h.registry.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != family {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			got[strings.Join(labels, ",")] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		h.t.Errorf("%s: got %v, want %v", family, got, want)
+	}
+}
+
 // actions returns the requests the fake API received with the given verb and
 // resource.
 func (h *harness) actions(verb, resource string) []clienttesting.Action {

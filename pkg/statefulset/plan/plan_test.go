@@ -172,7 +172,7 @@ func TestKEP661_ControllerRevisionAfterResize(t *testing.T) {
 //
 // Where the KEP goes on ("readyReplicas field stays at 0", "the
 // StatefulSet reconciliation should stay stuck on the first replica"), this
-// product follows DESIGN §3.5 instead, which wins over the KEP: readyReplicas
+// product follows docs/design.md §3.5 instead, which wins over the KEP: readyReplicas
 // counts replicas whose PVC capacity is at least the template size. A PVC
 // left above a lowered template is such a replica: it is Ready (so the
 // template is finished and `wait` exits 0), OrderedReady goes on past it, and
@@ -207,7 +207,7 @@ func TestKEP661_DecreaseTemplate_ReportedThenResolved(t *testing.T) {
 	}
 }
 
-// DESIGN §3.5 over KEP-661: a replica left above a lowered template counts
+// docs/design.md §3.5 over KEP-661: a replica left above a lowered template counts
 // by its capacity. Below the template (a person raised the request and the
 // resizer is still on it) it is pending, and with OrderedReady the replicas
 // after it wait; once the capacity reaches the template it is Ready.
@@ -262,7 +262,7 @@ func TestAboveTemplateCountsByCapacity(t *testing.T) {
 // StatefulSet, and the readyReplicas field is updated to the number of
 // replicas" — "The same test should be done for monotonic and burst roll out
 // strategies." Templates are reconciled independently. The decreased template
-// counts its replicas by capacity (DESIGN §3.5, see
+// counts its replicas by capacity (docs/design.md §3.5, see
 // TestKEP661_DecreaseTemplate_ReportedThenResolved): ready, with a note.
 func TestKEP661_DecreaseOneOfMultipleTemplates(t *testing.T) {
 	for _, policy := range policies {
@@ -353,7 +353,7 @@ func TestKEP661_RecoveryFromInfeasibleExpansion(t *testing.T) {
 	expectStatus(t, d, "data", 0, 1, 0)
 
 	// Lowering to the capacity or below is not a recovery: refused. The
-	// capacity is at the template, so the replica counts as ready (DESIGN
+	// capacity is at the template, so the replica counts as ready (docs/design.md
 	// §3.5), with the request that stays above it reported, not infeasible.
 	w.setTemplate("data", "1Gi")
 	d = w.decide(t)
@@ -409,7 +409,7 @@ func TestKEP661_PVCNotBoundOrMissing(t *testing.T) {
 	expect(t, "reasons", reasons(d, "data"), []string{ReasonPVCNotBound, ReasonPVCMissing})
 }
 
-// DESIGN §3 rule 2: a PVC a person raised above the template is never
+// docs/design.md §3 rule 2: a PVC a person raised above the template is never
 // lowered, even when lowering would be allowed by the API; once a person
 // changes a request we raised, it is theirs.
 func TestRule2_NeverLowerWhatAPersonRaised(t *testing.T) {
@@ -458,7 +458,7 @@ func TestPatchAnnotations(t *testing.T) {
 	}
 }
 
-// DESIGN §3 / issue: a StatefulSet deleted with --cascade=orphan and
+// docs/design.md §3: a StatefulSet deleted with --cascade=orphan and
 // re-created (new UID, generation 1) with a bigger template is the same
 // workload: its orphaned or re-adopted pods and existing PVCs are resized.
 func TestOrphanRecreateIsTheSameWorkload(t *testing.T) {
@@ -699,7 +699,7 @@ func TestInfeasibleVerdictIsForTheSizeTried(t *testing.T) {
 	expect(t, "events when 5Gi is infeasible", events(d), []string{"VolumeResizeInfeasible:data-web-0"})
 }
 
-// DESIGN §3 rule 4: the ControllerResizeError/NodeResizeError conditions are
+// docs/design.md §3 rule 4: the ControllerResizeError/NodeResizeError conditions are
 // surfaced on the StatefulSet, also when they are not infeasible. Such a
 // replica (csi-resizer or the kubelet retries) is pending, not infeasible —
 // `wait` must not give up on it — but its PVC and error are in the template's
