@@ -225,17 +225,7 @@ func run(ctx context.Context, o *options) error {
 
 	mux := http.NewServeMux()
 	if o.httpEndpoint != "" {
-		mux.Handle(o.metricsPath, legacyregistry.Handler())
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-		srv := &http.Server{Addr: o.httpEndpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "HTTP endpoint failed", "address", o.httpEndpoint)
-				klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-			}
-		}()
-		defer srv.Close()
-		logger.Info("Serving metrics", "address", o.httpEndpoint, "path", o.metricsPath)
+		defer serveHTTP(logger, o, mux).Close()
 	}
 
 	done := make(chan error, 1)
@@ -245,32 +235,16 @@ func run(ctx context.Context, o *options) error {
 		return <-done
 	}
 
-	// A separate client, so that leader election is not starved when the
-	// controller's client is throttled by --kube-api-qps.
-	leClient, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		return fmt.Errorf("creating the leader election client: %w", err)
-	}
-	identity, err := leaderIdentity()
+	le, err := newLeaderElection(ctx, o, config, mux, runController)
 	if err != nil {
 		return err
 	}
-	le := leaderelection.NewLeaderElection(leClient, controller.Name, runController)
-	le.WithIdentity(identity)
-	if o.httpEndpoint != "" {
-		le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
-	}
-	if o.leaderElectionNamespace != "" {
-		le.WithNamespace(o.leaderElectionNamespace)
-	}
-	if len(o.leaderElectionLabels) > 0 {
-		le.WithLabels(o.leaderElectionLabels)
-	}
-	le.WithLeaseDuration(o.leaseDuration)
-	le.WithRenewDeadline(o.renewDeadline)
-	le.WithRetryPeriod(o.retryPeriod)
-	le.WithReleaseOnCancel(true) // a clean shutdown hands over at once
-	le.WithContext(ctx)
+	return runLeaderElection(ctx, le, done)
+}
+
+// runLeaderElection runs le until ctx ends or the controller it runs while
+// leading returns on done.
+func runLeaderElection(ctx context.Context, le interface{ Run() error }, done chan error) error {
 	go func() {
 		if err := le.Run(); err != nil {
 			done <- fmt.Errorf("leader election: %w", err)
@@ -288,4 +262,53 @@ func run(ctx context.Context, o *options) error {
 			return nil
 		}
 	}
+}
+
+// serveHTTP serves the metrics and /healthz (and, with leader election, its
+// health check, registered on mux later) on --http-endpoint; the process
+// exits if the endpoint fails.
+func serveHTTP(logger klog.Logger, o *options, mux *http.ServeMux) *http.Server {
+	mux.Handle(o.metricsPath, legacyregistry.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	srv := &http.Server{Addr: o.httpEndpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "HTTP endpoint failed", "address", o.httpEndpoint)
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+	}()
+	logger.Info("Serving metrics", "address", o.httpEndpoint, "path", o.metricsPath)
+	return srv
+}
+
+// newLeaderElection prepares the leader election that runs runController
+// while this process leads, as the flags say, until ctx ends.
+func newLeaderElection(ctx context.Context, o *options, config *rest.Config, mux *http.ServeMux, runController func(context.Context)) (interface{ Run() error }, error) {
+	// A separate client, so that leader election is not starved when the
+	// controller's client is throttled by --kube-api-qps.
+	leClient, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("creating the leader election client: %w", err)
+	}
+	identity, err := leaderIdentity()
+	if err != nil {
+		return nil, err
+	}
+	le := leaderelection.NewLeaderElection(leClient, controller.Name, runController)
+	le.WithIdentity(identity)
+	if o.httpEndpoint != "" {
+		le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
+	}
+	if o.leaderElectionNamespace != "" {
+		le.WithNamespace(o.leaderElectionNamespace)
+	}
+	if len(o.leaderElectionLabels) > 0 {
+		le.WithLabels(o.leaderElectionLabels)
+	}
+	le.WithLeaseDuration(o.leaseDuration)
+	le.WithRenewDeadline(o.renewDeadline)
+	le.WithRetryPeriod(o.retryPeriod)
+	le.WithReleaseOnCancel(true) // a clean shutdown hands over at once
+	le.WithContext(ctx)
+	return le, nil
 }
