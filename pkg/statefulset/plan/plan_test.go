@@ -485,26 +485,32 @@ func TestOrphanRecreateIsTheSameWorkload(t *testing.T) {
 	expect(t, "reasons", reasons(d, "data"), []string{ReasonPodNotOwned, ReasonWaitingForPreviousReplica})
 }
 
+// resizerReport is what the resizer or the kubelet writes on a PVC: a KEP-1790
+// state and an error condition with its code and message.
+type resizerReport struct {
+	state     corev1.ClaimResourceStatus
+	cond      corev1.PersistentVolumeClaimConditionType
+	code, msg string
+}
+
 // KEP-1790 states and conditions as the resizer and kubelet write them.
 func TestInfeasibilityDetection(t *testing.T) {
 	cases := []struct {
-		name       string
-		state      corev1.ClaimResourceStatus
-		cond       corev1.PersistentVolumeClaimConditionType
-		code, msg  string
+		name string
+		resizerReport
 		wantReason string
 		wantDetail string
 	}{
-		{"controller infeasible", corev1.PersistentVolumeClaimControllerResizeInfeasible, corev1.PersistentVolumeClaimControllerResizeError,
-			"OutOfRange", "too big", ReasonResizeInfeasible, "OutOfRange: too big"},
-		{"node infeasible", corev1.PersistentVolumeClaimNodeResizeInfeasible, corev1.PersistentVolumeClaimNodeResizeError,
-			"", "resize2fs failed", ReasonResizeInfeasible, "resize2fs failed"},
-		{"infeasible code in condition only (legacy resizer)", "", corev1.PersistentVolumeClaimControllerResizeError,
-			"InvalidArgument", "bad size", ReasonResizeInfeasible, "InvalidArgument: bad size"},
-		{"final but not infeasible error: failing, retried", corev1.PersistentVolumeClaimControllerResizeInProgress,
-			corev1.PersistentVolumeClaimControllerResizeError, "Internal", "boom", ReasonResizeFailing, "Internal: boom"},
-		{"transient error: failing, retried", corev1.PersistentVolumeClaimControllerResizeInProgress,
-			corev1.PersistentVolumeClaimControllerResizeError, "Uncertain", "timeout", ReasonResizeFailing, "Uncertain: timeout"},
+		{"controller infeasible", resizerReport{corev1.PersistentVolumeClaimControllerResizeInfeasible, corev1.PersistentVolumeClaimControllerResizeError,
+			"OutOfRange", "too big"}, ReasonResizeInfeasible, "OutOfRange: too big"},
+		{"node infeasible", resizerReport{corev1.PersistentVolumeClaimNodeResizeInfeasible, corev1.PersistentVolumeClaimNodeResizeError,
+			"", "resize2fs failed"}, ReasonResizeInfeasible, "resize2fs failed"},
+		{"infeasible code in condition only (legacy resizer)", resizerReport{"", corev1.PersistentVolumeClaimControllerResizeError,
+			"InvalidArgument", "bad size"}, ReasonResizeInfeasible, "InvalidArgument: bad size"},
+		{"final but not infeasible error: failing, retried", resizerReport{corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Internal", "boom"}, ReasonResizeFailing, "Internal: boom"},
+		{"transient error: failing, retried", resizerReport{corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Uncertain", "timeout"}, ReasonResizeFailing, "Uncertain: timeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -706,31 +712,29 @@ func TestInfeasibleVerdictIsForTheSizeTried(t *testing.T) {
 // status message and a VolumeResizeFailing event.
 func TestFailingResizeIsReportedNotInfeasible(t *testing.T) {
 	cases := []struct {
-		name        string
-		state       corev1.ClaimResourceStatus
-		cond        corev1.PersistentVolumeClaimConditionType
-		code, msg   string
+		name string
+		resizerReport
 		triedOther  bool // allocatedResources is another size than the request
 		wantReason  string
 		wantMessage string // the template's status message; "" = none
 	}{
-		{name: "final error, state in progress", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Internal: backend busy"},
-		{name: "transient error", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "DeadlineExceeded", msg: "timed out",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: DeadlineExceeded: timed out"},
-		{name: "error without gRPC status", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Uncertain", msg: "connection reset",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Uncertain: connection reset"},
+		{name: "final error, state in progress",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimControllerResizeInProgress, cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Internal: backend busy"},
+		{name: "transient error",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimControllerResizeInProgress, cond: corev1.PersistentVolumeClaimControllerResizeError, code: "DeadlineExceeded", msg: "timed out"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: DeadlineExceeded: timed out"},
+		{name: "error without gRPC status",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimControllerResizeInProgress, cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Uncertain", msg: "connection reset"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Uncertain: connection reset"},
 		{name: "condition only (resizer without KEP-1790 state)",
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "FailedPrecondition", msg: "volume in use",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: FailedPrecondition: volume in use"},
-		{name: "node error, retried by the kubelet", state: corev1.PersistentVolumeClaimNodeResizeInProgress,
-			cond: corev1.PersistentVolumeClaimNodeResizeError, code: "", msg: "resize2fs: device busy",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by the kubelet: resize2fs: device busy"},
-		{name: "error from an attempt at another size: not yet about this one", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy", triedOther: true,
+			resizerReport: resizerReport{cond: corev1.PersistentVolumeClaimControllerResizeError, code: "FailedPrecondition", msg: "volume in use"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: FailedPrecondition: volume in use"},
+		{name: "node error, retried by the kubelet",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimNodeResizeInProgress, cond: corev1.PersistentVolumeClaimNodeResizeError, code: "", msg: "resize2fs: device busy"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by the kubelet: resize2fs: device busy"},
+		{name: "error from an attempt at another size: not yet about this one",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimControllerResizeInProgress, cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy"}, triedOther: true,
 			wantReason: ReasonResizing},
 	}
 	for _, tc := range cases {
