@@ -250,15 +250,15 @@ func runLeaderElection(ctx context.Context, le interface{ Run() error }, done ch
 			done <- fmt.Errorf("leader election: %w", err)
 		}
 	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		// Give a leading controller a moment to stop its workers.
+	// Once ctx ends, a leading controller gets a moment to stop its workers.
+	ended, grace := ctx.Done(), (<-chan time.Time)(nil)
+	for {
 		select {
 		case err := <-done:
 			return err
-		case <-time.After(5 * time.Second):
+		case <-ended:
+			ended, grace = nil, time.After(5*time.Second)
+		case <-grace:
 			return nil
 		}
 	}
