@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -196,14 +195,6 @@ func leaderIdentity() (string, error) {
 	return host + "_" + hex.EncodeToString(suffix), nil
 }
 
-// processMetrics returns the process's metrics, registered once in
-// legacyregistry (the global registry cannot take the same names twice, and
-// tests call run more than once per process).
-var processMetrics = sync.OnceValues(func() (*ssmetrics.Metrics, error) {
-	m := ssmetrics.New()
-	return m, m.Register(legacyregistry.Register)
-})
-
 func run(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
 	config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
@@ -223,8 +214,8 @@ func run(ctx context.Context, o *options) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: command})
 
-	m, err := processMetrics()
-	if err != nil {
+	m := ssmetrics.New()
+	if err := m.Register(legacyregistry.Register); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 	ctrl, err := controller.New(ctx, client, factory, recorder, clock.RealClock{}, controller.Options{Metrics: m})
@@ -234,17 +225,7 @@ func run(ctx context.Context, o *options) error {
 
 	mux := http.NewServeMux()
 	if o.httpEndpoint != "" {
-		mux.Handle(o.metricsPath, legacyregistry.Handler())
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-		srv := &http.Server{Addr: o.httpEndpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "HTTP endpoint failed", "address", o.httpEndpoint)
-				klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-			}
-		}()
-		defer srv.Close()
-		logger.Info("Serving metrics", "address", o.httpEndpoint, "path", o.metricsPath)
+		defer serveHTTP(logger, o, mux).Close()
 	}
 
 	done := make(chan error, 1)
@@ -254,15 +235,64 @@ func run(ctx context.Context, o *options) error {
 		return <-done
 	}
 
+	le, err := newLeaderElection(ctx, o, config, mux, runController)
+	if err != nil {
+		return err
+	}
+	return runLeaderElection(ctx, le, done)
+}
+
+// runLeaderElection runs le until ctx ends or the controller it runs while
+// leading returns on done.
+func runLeaderElection(ctx context.Context, le interface{ Run() error }, done chan error) error {
+	go func() {
+		if err := le.Run(); err != nil {
+			done <- fmt.Errorf("leader election: %w", err)
+		}
+	}()
+	// Once ctx ends, a leading controller gets a moment to stop its workers.
+	ended, grace := ctx.Done(), (<-chan time.Time)(nil)
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ended:
+			ended, grace = nil, time.After(5*time.Second)
+		case <-grace:
+			return nil
+		}
+	}
+}
+
+// serveHTTP serves the metrics and /healthz (and, with leader election, its
+// health check, registered on mux later) on --http-endpoint; the process
+// exits if the endpoint fails.
+func serveHTTP(logger klog.Logger, o *options, mux *http.ServeMux) *http.Server {
+	mux.Handle(o.metricsPath, legacyregistry.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	srv := &http.Server{Addr: o.httpEndpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "HTTP endpoint failed", "address", o.httpEndpoint)
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+	}()
+	logger.Info("Serving metrics", "address", o.httpEndpoint, "path", o.metricsPath)
+	return srv
+}
+
+// newLeaderElection prepares the leader election that runs runController
+// while this process leads, as the flags say, until ctx ends.
+func newLeaderElection(ctx context.Context, o *options, config *rest.Config, mux *http.ServeMux, runController func(context.Context)) (interface{ Run() error }, error) {
 	// A separate client, so that leader election is not starved when the
 	// controller's client is throttled by --kube-api-qps.
 	leClient, err := kubernetes.NewForConfig(config)
 	if err != nil {
-		return fmt.Errorf("creating the leader election client: %w", err)
+		return nil, fmt.Errorf("creating the leader election client: %w", err)
 	}
 	identity, err := leaderIdentity()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	le := leaderelection.NewLeaderElection(leClient, controller.Name, runController)
 	le.WithIdentity(identity)
@@ -280,21 +310,5 @@ func run(ctx context.Context, o *options) error {
 	le.WithRetryPeriod(o.retryPeriod)
 	le.WithReleaseOnCancel(true) // a clean shutdown hands over at once
 	le.WithContext(ctx)
-	go func() {
-		if err := le.Run(); err != nil {
-			done <- fmt.Errorf("leader election: %w", err)
-		}
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		// Give a leading controller a moment to stop its workers.
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(5 * time.Second):
-			return nil
-		}
-	}
+	return le, nil
 }

@@ -47,26 +47,15 @@ func runWait(args []string, stdout, stderr io.Writer) int {
 		return int(wait.Failed)
 	}
 
-	// Go's flag package stops at the first argument; parse again after
-	// NAMESPACE/NAME so that flags may follow it, like kubectl's.
-	var target string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stdout, waitUsage)
-				fs.SetOutput(stdout)
-				fs.PrintDefaults()
-				return 0
-			}
-			return fail("%v (see --help)", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if target != "" {
-			return fail("unexpected argument %q: want exactly one NAMESPACE/NAME", fs.Arg(0))
-		}
-		target, rest = fs.Arg(0), fs.Args()[1:]
+	target, err := parseInterspersed(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, waitUsage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return 0
+	case err != nil:
+		return fail("%v", err)
 	}
 	if target == "" {
 		return fail("missing NAMESPACE/NAME (see --help)")
@@ -82,13 +71,9 @@ func runWait(args []string, stdout, stderr io.Writer) int {
 		return fail("--interval must be positive, got %s", *interval)
 	}
 
-	config, err := clientConfig(*kubeconfig)
+	client, err := waitClient(*kubeconfig)
 	if err != nil {
-		return fail("building the Kubernetes client config (check --kubeconfig): %v", err)
-	}
-	client, err := kubernetes.NewForConfig(rest.AddUserAgent(config, command+"-wait"))
-	if err != nil {
-		return fail("creating the Kubernetes client: %v", err)
+		return fail("%v", err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -111,6 +96,20 @@ func runWait(args []string, stdout, stderr io.Writer) int {
 	return int(v.Outcome)
 }
 
+// waitClient makes the wait subcommand's client from the configuration
+// clientConfig loads.
+func waitClient(kubeconfig string) (kubernetes.Interface, error) {
+	config, err := clientConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client config (check --kubeconfig): %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rest.AddUserAgent(config, command+"-wait"))
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	return client, nil
+}
+
 // clientConfig loads the configuration like kubectl: the given file, else
 // $KUBECONFIG or ~/.kube/config, else the in-cluster service account.
 func clientConfig(kubeconfig string) (*rest.Config, error) {
@@ -119,4 +118,26 @@ func clientConfig(kubeconfig string) (*rest.Config, error) {
 		rules.ExplicitPath = kubeconfig
 	}
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+}
+
+// parseInterspersed parses args into fs and returns the one positional
+// argument ("" if none). Go's flag package stops at the first argument;
+// parsing again after it lets flags follow NAMESPACE/NAME, like kubectl's.
+func parseInterspersed(fs *flag.FlagSet, args []string) (string, error) {
+	var target string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return "", err
+			}
+			return "", fmt.Errorf("%w (see --help)", err)
+		}
+		if fs.NArg() == 0 {
+			return target, nil
+		}
+		if target != "" {
+			return "", fmt.Errorf("unexpected argument %q: want exactly one NAMESPACE/NAME", fs.Arg(0))
+		}
+		target, rest = fs.Arg(0), fs.Args()[1:]
+	}
 }

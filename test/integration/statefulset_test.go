@@ -3,8 +3,13 @@
 package integration
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,10 +17,19 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	k8smetrics "k8s.io/component-base/metrics"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/controller"
+	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 	"github.com/csi-resizer/csi-resizer/test/framework"
@@ -492,7 +506,11 @@ func TestStatefulSetStorageClassWithoutExpansion(t *testing.T) {
 		}
 		return true, ""
 	})
-	after := scenario.MetricValue(scenario.Scrape(t, ssr), "statefulset_resizer_reconcile_duration_seconds_count")
+	scrape := scenario.Scrape(t, ssr)
+	after := scenario.MetricValue(scrape, "statefulset_resizer_reconcile_duration_seconds_count")
+	if adds := scenario.MetricValue(scrape, "workqueue_adds_total", `name="statefulset-resizer"`); adds == 0 {
+		t.Errorf("workqueue_adds_total{name=statefulset-resizer} = %v: the work queue's metrics are not served", adds)
+	}
 	if after-reconciles < 3 {
 		t.Errorf("only %v reconciles during the window: the churn did not make the controller re-evaluate", after-reconciles)
 	}
@@ -715,4 +733,392 @@ func TestStatefulSetResizerLeaderElectionFailover(t *testing.T) {
 	if r := s.wait(t, "web"); r.Code != 0 {
 		t.Errorf("wait: %s; want exit 0", r)
 	}
+}
+
+// (g) The controller in-process on the real apiserver, the test playing every other actor (the
+// StatefulSet controller's status, the kubelet, the resizer, a person): what depends on
+// resourceVersions and on the echoes of the controller's own writes, which client-go's fake
+// under the unit tests neither checks nor produces. Every request of the controller is seen on
+// its way (a wrapped transport).
+//
+//  1. Own writes: the controller syncs again while its cache lags behind its own writes (the
+//     test holds the watch of PVCs, then of StatefulSets, and makes it sync meanwhile): each PVC
+//     is still patched exactly once per template change, and no status write repeats the one
+//     before it (package freshness).
+//  2. Precondition: a person raises a PVC between the controller's look and its patch. The
+//     patch carries the resourceVersion the controller saw, so the apiserver refuses it (409)
+//     and the person's request stays; the controller decides again and leaves it alone.
+func TestStatefulSetControllerOwnWritesAndPrecondition(t *testing.T) {
+	cluster := framework.StartCluster(t, framework.ClusterOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	client := cluster.Client
+	ns := framework.CreateNamespace(t, ctx, client, "ssr")
+	sc := "expandable-" + ns
+
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](3), PodManagementPolicy: appsv1.ParallelPodManagement,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "pause"}}}},
+			VolumeClaimTemplates: []v1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+				Spec: v1.PersistentVolumeClaimSpec{StorageClassName: ptr.To(sc), AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+					Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}}}}},
+		},
+	}
+	template := sts.DeepCopy()
+	sts, err := client.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const revision = "web-rev1"
+	observe := func() { // plays the StatefulSet controller: it has seen the current generation
+		t.Helper()
+		cur, err := client.AppsV1().StatefulSets(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Status = appsv1.StatefulSetStatus{ObservedGeneration: cur.Generation, Replicas: 3, UpdateRevision: revision, CurrentRevision: revision}
+		if _, err := client.AppsV1().StatefulSets(ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	observe()
+	for i := 0; i < 3; i++ {
+		framework.CreateBoundClaim(t, ctx, client, ns, scenario.ClaimName("web", i), "csi.example.com", fmt.Sprintf("vol-%d", i), "1Gi", sc)
+		pod, err := client.CoreV1().Pods(ns).Create(ctx, &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: scenario.PodName("web", i),
+				Labels: map[string]string{"app": "web", appsv1.StatefulSetRevisionLabel: revision},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: sts.UID,
+					Controller: ptr.To(true)}}},
+			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "pause"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		framework.MarkPodRunning(t, ctx, client, pod)
+	}
+
+	seen := &requestLog{held: map[string]chan struct{}{}}
+	reconciles := startInProcessStatefulSetResizer(t, ctx, cluster, seen)
+	// syncedAgain makes the controller sync at least once more (poke is a change that wakes it)
+	// and waits until it did.
+	syncedAgain := func(poke func(i int)) {
+		t.Helper()
+		before, i := reconciles(), 0
+		framework.Eventually(t, stsTimeout, func() (bool, string) {
+			i++
+			poke(i)
+			// +2: the sync that made the last write may be counted after before was read.
+			return reconciles() >= before+2, fmt.Sprintf("%v reconciles since %v", reconciles(), before)
+		})
+	}
+	label := func(resource, name string, i int) {
+		t.Helper()
+		patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{"poke":"%d"}}}`, i))
+		var err error
+		if resource == "statefulsets" {
+			_, err = client.AppsV1().StatefulSets(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		} else {
+			_, err = client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	statusWrites := func() int { return len(seen.requests("PATCH", "statefulsets/web")) }
+	writtenSince := func(n int) {
+		t.Helper()
+		framework.Eventually(t, stsTimeout, func() (bool, string) {
+			return statusWrites() > n, fmt.Sprintf("no status write since the %d before: %s", n, seen)
+		})
+	}
+	setTemplate := func(size string) { // the documented flow: delete --cascade=orphan, apply
+		t.Helper()
+		// No garbage collector runs here: the pods stay, owned by name like adopted ones.
+		if err := client.AppsV1().StatefulSets(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		next := template.DeepCopy()
+		next.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse(size)
+		if _, err := client.AppsV1().StatefulSets(ns).Create(ctx, next, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("re-create with %s: %v", size, err)
+		}
+		observe()
+	}
+	resizeWhenAsked := func(size string, claims ...string) { // plays csi-resizer and the kubelet
+		t.Helper()
+		want := resource.MustParse(size)
+		for _, claim := range claims {
+			framework.Eventually(t, stsTimeout, func() (bool, string) {
+				pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				if request := pvc.Spec.Resources.Requests[v1.ResourceStorage]; request.Cmp(want) != 0 {
+					return false, fmt.Sprintf("%s: request %s, waiting for %s", claim, &request, size)
+				}
+				if got := pvc.Status.Capacity[v1.ResourceStorage]; got.Cmp(want) == 0 {
+					return true, ""
+				}
+				pvc.Status.Capacity = v1.ResourceList{v1.ResourceStorage: want}
+				_, err = client.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+				return false, fmt.Sprintf("%s: capacity set to %s: %v", claim, size, err)
+			})
+		}
+	}
+	finished := func() { // the status annotation of the current object says finished
+		t.Helper()
+		framework.Eventually(t, stsTimeout, func() (bool, string) {
+			cur, err := client.AppsV1().StatefulSets(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			st, _ := status.FromStatefulSet(cur) // nil for another object's
+			ts := st.Template("data")
+			return ts != nil && ts.FinishedReconciliationGeneration == cur.Generation,
+				fmt.Sprintf("status annotation %q, uid %s", cur.Annotations[status.Annotation], cur.UID)
+		})
+	}
+	finished()
+
+	// 1. Own writes. The PVC patches, then a sync while the cache shows none of them.
+	claims := []string{scenario.ClaimName("web", 0), scenario.ClaimName("web", 1), scenario.ClaimName("web", 2)}
+	seen.hold("persistentvolumeclaims")
+	n := statusWrites()
+	setTemplate("2Gi")
+	writtenSince(n) // after the patches, in the same sync
+	syncedAgain(func(i int) { label("statefulsets", "web", i) })
+	seen.release("persistentvolumeclaims")
+	// A status write, then a sync while the cache does not show it.
+	seen.hold("statefulsets")
+	n = statusWrites()
+	resizeWhenAsked("2Gi", claims[0])
+	writtenSince(n) // one replica ready
+	syncedAgain(func(i int) { label("persistentvolumeclaims", claims[1], i) })
+	seen.release("statefulsets")
+	resizeWhenAsked("2Gi", claims[1:]...)
+	finished()
+	for _, claim := range claims {
+		if n := len(seen.requests("PATCH", "persistentvolumeclaims/"+claim)); n != 1 {
+			t.Errorf("%s patched %d times for one template change, want 1: %s", claim, n, seen)
+		}
+	}
+	previous := ""
+	for _, r := range seen.requests("PATCH", "statefulsets/web") {
+		if r.body == previous {
+			t.Errorf("status written twice in a row with the same value %s: %s", r.body, seen)
+		}
+		previous = r.body
+	}
+
+	// 2. Precondition: the person raises web-0's claim to 5Gi just before the controller's
+	// patch of it to 3Gi reaches the apiserver.
+	person := scenario.ClaimName("web", 0)
+	seen.before(func(method, path string) {
+		if method != "PATCH" || !strings.HasSuffix(path, "persistentvolumeclaims/"+person) {
+			return
+		}
+		seen.before(nil)
+		patch := []byte(`{"spec":{"resources":{"requests":{"storage":"5Gi"}}}}`)
+		if _, err := client.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, person, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Errorf("the person's raise: %v", err)
+		}
+	})
+	setTemplate("3Gi")
+	resizeWhenAsked("3Gi", claims[1:]...)
+	framework.Eventually(t, stsTimeout, func() (bool, string) {
+		pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, person, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		patches := seen.requests("PATCH", "persistentvolumeclaims/"+person)
+		refused := len(patches) == 2 && patches[1].code == http.StatusConflict && strings.Contains(patches[1].body, `"resourceVersion"`)
+		return scenario.Request(pvc) == "5Gi" && refused,
+			fmt.Sprintf("%s: request %s, want 5Gi and the controller's second patch of it refused (409); its patches: %s",
+				person, scenario.Request(pvc), seen)
+	})
+	resizeWhenAsked("5Gi", person)
+	finished()
+	if got := scenario.Request(mustGetPVC(t, ctx, client, ns, person)); got != "5Gi" {
+		t.Errorf("%s: request %s, want the person's 5Gi", person, got)
+	}
+}
+
+// requestLog records the requests of a client (method, path, body, answer) and can run a hook
+// before one is sent.
+type requestLog struct {
+	mu   sync.Mutex
+	log  []loggedRequest
+	hook func(method, path string)
+	// held holds back the events of the watches of a resource until its channel is closed.
+	held map[string]chan struct{}
+}
+
+// hold makes the client's cache of resource lag: its watch events are held back from now on.
+func (l *requestLog) hold(resource string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held[resource] = make(chan struct{})
+}
+
+// release delivers the held events of resource, and the ones after them.
+func (l *requestLog) release(resource string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	close(l.held[resource])
+	delete(l.held, resource)
+}
+
+func (l *requestLog) waitReleased(resource string) {
+	l.mu.Lock()
+	held := l.held[resource]
+	l.mu.Unlock()
+	if held != nil {
+		<-held
+	}
+}
+
+// heldBody is the body of a watch response: what it read is handed on once its resource is not
+// held (a read in progress when the hold starts is held too).
+type heldBody struct {
+	io.ReadCloser
+	wait func()
+}
+
+func (b heldBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.wait()
+	return n, err
+}
+
+type loggedRequest struct {
+	method, path, body string
+	code               int
+}
+
+func (l *requestLog) before(hook func(method, path string)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hook = hook
+}
+
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		var body []byte
+		if req.Body != nil {
+			var err error
+			if body, err = io.ReadAll(req.Body); err != nil {
+				return nil, err
+			}
+			req.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		l.mu.Lock()
+		hook := l.hook
+		l.mu.Unlock()
+		if hook != nil {
+			hook(req.Method, req.URL.Path)
+		}
+		resp, err := rt.RoundTrip(req)
+		code := 0
+		if resp != nil {
+			code = resp.StatusCode
+			if req.URL.Query().Get("watch") == "true" {
+				resource := req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]
+				resp.Body = heldBody{ReadCloser: resp.Body, wait: func() { l.waitReleased(resource) }}
+			}
+		}
+		l.mu.Lock()
+		l.log = append(l.log, loggedRequest{req.Method, req.URL.Path, string(body), code})
+		l.mu.Unlock()
+		return resp, err
+	})
+}
+
+// requests returns the logged requests with method whose path ends in suffix.
+func (l *requestLog) requests(method, suffix string) []loggedRequest {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []loggedRequest
+	for _, r := range l.log {
+		if r.method == method && strings.HasSuffix(r.path, suffix) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (l *requestLog) String() string {
+	var b strings.Builder
+	for _, r := range l.requests("PATCH", "") {
+		fmt.Fprintf(&b, "\n  %s %s -> %d %s", r.method, r.path, r.code, r.body)
+	}
+	return b.String()
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// startInProcessStatefulSetResizer runs package controller with the admin identity and its
+// requests through seen, until the test ends. It returns the count of reconciles so far.
+func startInProcessStatefulSetResizer(t *testing.T, ctx context.Context, cluster *framework.Cluster, seen *requestLog) func() float64 {
+	t.Helper()
+	config := rest.CopyConfig(cluster.Config)
+	config.Wrap(seen.wrap)
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, registry := ssmetrics.New(), k8smetrics.NewKubeRegistry()
+	if err := m.Register(registry.Register); err != nil {
+		t.Fatal(err)
+	}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctrl, err := controller.New(ctx, client, factory, &record.FakeRecorder{}, clock.RealClock{}, controller.Options{Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ctrl.Run(ctx, 4) }()
+	t.Cleanup(func() {
+		seen.mu.Lock()
+		for _, held := range seen.held { // let the informers stop
+			close(held)
+		}
+		seen.held = map[string]chan struct{}{}
+		seen.mu.Unlock()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+		factory.Shutdown()
+	})
+	return func() float64 {
+		families, err := registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n float64
+		for _, f := range families {
+			if f.GetName() == "statefulset_resizer_reconcile_duration_seconds" {
+				for _, sample := range f.GetMetric() {
+					n += float64(sample.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		return n
+	}
+}
+
+func mustGetPVC(t *testing.T, ctx context.Context, client kubernetes.Interface, ns, name string) *v1.PersistentVolumeClaim {
+	t.Helper()
+	pvc, err := client.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pvc
 }

@@ -27,15 +27,17 @@ import (
 func (c *Controller) applyPatches(ctx context.Context, sts *appsv1.StatefulSet, d *plan.Decision) error {
 	logger := klog.FromContext(ctx)
 	for _, p := range d.Patches() {
-		writeKey := "pvc:" + p.Namespace + "/" + p.Name
-		if c.writes.pending(writeKey, p.ResourceVersion, p.To.String()) {
-			// Made already from this very version; the cache lags behind.
+		key := writeKey("pvc", p.Namespace, p.Name)
+		if c.fresh.Behind(key, p.ResourceVersion) {
+			// The decision was made on a PVC this process has patched since:
+			// patching again would repeat the write (or fail on the stale
+			// precondition). The patch's echo brings the StatefulSet back.
 			continue
 		}
-		err := c.patchPVC(ctx, &p)
+		written, err := c.patchPVC(ctx, &p)
 		switch {
 		case err == nil:
-			c.writes.record(writeKey, p.ResourceVersion, p.To.String())
+			c.fresh.Wrote(key, p.ResourceVersion, written)
 			c.metrics.PVCPatched(ssmetrics.PatchSuccess)
 			logger.Info("Patched PVC storage request", "pvc", klog.KRef(p.Namespace, p.Name),
 				"from", p.From.String(), "to", p.To.String(), "decrease", p.Decrease())
@@ -58,6 +60,12 @@ func (c *Controller) applyPatches(ctx context.Context, sts *appsv1.StatefulSet, 
 	return nil
 }
 
+// writeKey names an object in the freshness tracker: PVCs and StatefulSets
+// share it, so the kind is part of the key.
+func writeKey(kind, namespace, name string) string {
+	return kind + ":" + namespace + "/" + name
+}
+
 // pvcMergePatch is the body of a PVC patch: the request and our annotations,
 // with the observed resourceVersion as a precondition so that a PVC changed
 // since we looked (for example by a person) is re-evaluated, not overwritten.
@@ -74,14 +82,18 @@ func pvcMergePatch(p *plan.PVCPatch) ([]byte, error) {
 	})
 }
 
-func (c *Controller) patchPVC(ctx context.Context, p *plan.PVCPatch) error {
+// patchPVC makes one PVC patch and returns the resourceVersion it wrote.
+func (c *Controller) patchPVC(ctx context.Context, p *plan.PVCPatch) (string, error) {
 	body, err := pvcMergePatch(p)
 	if err != nil {
-		return fmt.Errorf("build patch: %w", err)
+		return "", fmt.Errorf("build patch: %w", err)
 	}
-	_, err = c.client.CoreV1().PersistentVolumeClaims(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body,
+	pvc, err := c.client.CoreV1().PersistentVolumeClaims(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, body,
 		metav1.PatchOptions{FieldManager: Name})
-	return err
+	if err != nil {
+		return "", err
+	}
+	return pvc.ResourceVersion, nil
 }
 
 // isPermanent tells the errors a retry cannot fix until something else
@@ -101,19 +113,22 @@ func (c *Controller) writeStatus(ctx context.Context, sts *appsv1.StatefulSet, d
 	if current.Equal(&desired) {
 		return nil
 	}
+	key := writeKey("sts", sts.Namespace, sts.Name)
+	if c.fresh.Behind(key, sts.ResourceVersion) {
+		// The cache does not show this process's last status write yet: the
+		// difference may be that write. Its echo brings the key back, and
+		// the status is compared again then.
+		return nil
+	}
 	value, err := desired.Encode()
 	if err != nil {
 		return err
-	}
-	writeKey := "sts:" + sts.Namespace + "/" + sts.Name
-	if c.writes.pending(writeKey, sts.ResourceVersion, value) {
-		return nil // written already from this very version; the cache lags behind
 	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{status.Annotation: value}}})
 	if err != nil {
 		return fmt.Errorf("build status patch: %w", err)
 	}
-	_, err = c.client.AppsV1().StatefulSets(sts.Namespace).Patch(ctx, sts.Name, types.MergePatchType, body,
+	updated, err := c.client.AppsV1().StatefulSets(sts.Namespace).Patch(ctx, sts.Name, types.MergePatchType, body,
 		metav1.PatchOptions{FieldManager: Name})
 	if apierrors.IsNotFound(err) {
 		return nil // deleted meanwhile; the delete event cleans up
@@ -121,7 +136,7 @@ func (c *Controller) writeStatus(ctx context.Context, sts *appsv1.StatefulSet, d
 	if err != nil {
 		return fmt.Errorf("write status annotation on StatefulSet %s/%s: %w", sts.Namespace, sts.Name, err)
 	}
-	c.writes.record(writeKey, sts.ResourceVersion, value)
+	c.fresh.Wrote(key, sts.ResourceVersion, updated.ResourceVersion)
 	klog.FromContext(ctx).V(2).Info("Updated volume claim templates status", "status", value)
 	return nil
 }
@@ -212,53 +227,4 @@ func (e *eventCache) forget(key string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.seen, key)
-}
-
-// recentWrites remembers the writes made from a given resourceVersion of an
-// object until the informer cache shows a newer version. Without it, a sync
-// that runs before the cache has caught up with our own write would make the
-// same write again: a needless status write, or a PVC patch that fails with a
-// conflict on its stale precondition. It is only an optimisation: once the
-// cache moves on (or after a restart) decisions come from the API state.
-type recentWrites struct {
-	mu sync.Mutex
-	m  map[string]recentWrite
-}
-
-type recentWrite struct {
-	basedOn string // resourceVersion the write was made from
-	value   string // what was written
-}
-
-func newRecentWrites() *recentWrites { return &recentWrites{m: map[string]recentWrite{}} }
-
-// pending reports whether value was written already from resourceVersion,
-// which the cache still shows. A newer version in the cache clears the entry.
-func (r *recentWrites) pending(key, resourceVersion, value string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w, ok := r.m[key]
-	if !ok {
-		return false
-	}
-	if w.basedOn != resourceVersion || resourceVersion == "" {
-		delete(r.m, key)
-		return false
-	}
-	return w.value == value
-}
-
-func (r *recentWrites) record(key, resourceVersion, value string) {
-	if resourceVersion == "" {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.m[key] = recentWrite{basedOn: resourceVersion, value: value}
-}
-
-func (r *recentWrites) forget(key string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.m, key)
 }

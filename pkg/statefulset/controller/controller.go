@@ -4,9 +4,21 @@
 // to do, and does it: one merge patch per PVC, Warning events on the
 // StatefulSet, the status annotation (only when it changed) and metrics.
 //
+// It has the reconcile shape of every controller of this project (Kubernetes'
+// sample-controller): event handlers only enqueue the StatefulSet's key;
+// sync(ctx, key) reads the listers and the StatefulSet's own status
+// annotation, calls the pure plan.Decide, and carries the decision out in
+// writes guarded against a cache older than this process's last write.
+//
 // Every input comes from the API (no decision depends on memory a restart
-// would lose); the only in-memory state is a cache of which events were
-// already recorded, so that a stuck PVC does not produce an event per sync.
+// would lose). The in-memory state is what neither the API nor the work queue
+// can hold, and losing it costs one repeated event or write, never a wrong
+// decision:
+//   - events: which events were already recorded, so that a stuck PVC does
+//     not produce an event per sync;
+//   - fresh: which cached versions this process's own writes replaced, so
+//     that a sync running before the cache shows a write does not make it
+//     again (package freshness).
 package controller
 
 import (
@@ -33,6 +45,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 )
@@ -69,8 +82,11 @@ type Controller struct {
 	// queue holds "namespace/name" keys of StatefulSets.
 	queue workqueue.TypedRateLimitingInterface[string]
 
+	// events dedups the Warning events (see recordEvents).
 	events *eventCache
-	writes *recentWrites
+	// fresh holds the versions this process's PVC patches and status writes
+	// replaced (keys from writeKey), until the cache shows the writes.
+	fresh *freshness.Tracker
 }
 
 // New creates a controller. It registers its informers (with transforms that
@@ -98,7 +114,7 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: clk}),
 		events: newEventCache(),
-		writes: newRecentWrites(),
+		fresh:  freshness.New(),
 	}
 
 	stsInformer := factory.Apps().V1().StatefulSets()
@@ -117,7 +133,7 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 			AddFunc: c.enqueueStatefulSet, UpdateFunc: c.updateStatefulSet, DeleteFunc: c.enqueueStatefulSet}},
 		{podInformer.Informer(), transformPod, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.podChanged, UpdateFunc: c.updatePod, DeleteFunc: c.podChanged}},
-		{pvcInformer.Informer(), transformPVC, cache.ResourceEventHandlerFuncs{
+		{pvcInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.pvcChanged, UpdateFunc: c.updatePVC, DeleteFunc: c.pvcDeleted}},
 		{scInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.storageClassChanged, UpdateFunc: c.updateStorageClass, DeleteFunc: c.storageClassChanged}},
@@ -191,12 +207,8 @@ func (c *Controller) processNextItem(ctx context.Context) bool {
 	return true
 }
 
-// Sync reconciles one StatefulSet, given as "namespace/name". It is the
-// worker's body, exported so tests and embedders can drive it directly.
-func (c *Controller) Sync(ctx context.Context, key string) error {
-	return c.sync(ctx, key)
-}
-
+// sync reconciles one StatefulSet, given as "namespace/name": the worker's
+// body. It returns only transient errors (the key is retried with backoff).
 func (c *Controller) sync(ctx context.Context, key string) (err error) {
 	start := c.clock.Now()
 	defer func() { c.metrics.ObserveReconcile(c.clock.Since(start), err) }()
@@ -211,7 +223,7 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 	if apierrors.IsNotFound(err) {
 		c.metrics.ForgetStatefulSet(namespace, name)
 		c.events.forget(key)
-		c.writes.forget("sts:" + key)
+		c.fresh.Forget(writeKey("sts", namespace, name))
 		return nil
 	}
 	if err != nil {
@@ -229,27 +241,38 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 		logger.V(4).Info("Not reconciling yet", "reason", decision.Deferred)
 		return nil
 	}
+	logUnready(logger, sts, decision)
+	return c.apply(ctx, sts, key, decision)
+}
 
-	if logger.V(4).Enabled() {
-		for _, td := range decision.Templates {
-			for _, rd := range td.Replicas {
-				if rd.State != plan.Ready {
-					logger.V(4).Info("Replica not ready", "template", td.Name, "pvc", klog.KRef(sts.Namespace, rd.PVCName),
-						"state", rd.State, "reason", rd.Reason, "message", rd.Message)
-				}
+// apply carries a decision out: the PVC patches, the events, the gauges and
+// the status annotation, in that order (the status reports patches the
+// apiserver rejected).
+func (c *Controller) apply(ctx context.Context, sts *appsv1.StatefulSet, key string, d *plan.Decision) error {
+	transientErr := c.applyPatches(ctx, sts, d)
+	c.recordEvents(sts, key, d)
+	counts := map[string]ssmetrics.TemplateCounts{}
+	for i := range d.Templates {
+		n := d.Templates[i].Count()
+		counts[d.Templates[i].Name] = ssmetrics.TemplateCounts{Pending: int(n.Pending), Infeasible: int(n.Failed)}
+	}
+	c.metrics.SetStatefulSet(sts.Namespace, sts.Name, counts)
+	statusErr := c.writeStatus(ctx, sts, d.Status())
+	return errors.Join(transientErr, statusErr)
+}
+
+func logUnready(logger klog.Logger, sts *appsv1.StatefulSet, d *plan.Decision) {
+	if !logger.V(4).Enabled() {
+		return
+	}
+	for _, td := range d.Templates {
+		for _, rd := range td.Replicas {
+			if rd.State != plan.Ready {
+				logger.V(4).Info("Replica not ready", "template", td.Name, "pvc", klog.KRef(sts.Namespace, rd.PVCName),
+					"state", rd.State, "reason", rd.Reason, "message", rd.Message)
 			}
 		}
 	}
-	transientErr := c.applyPatches(ctx, sts, decision)
-	c.recordEvents(sts, key, decision)
-	counts := map[string]ssmetrics.TemplateCounts{}
-	for i := range decision.Templates {
-		n := decision.Templates[i].Count()
-		counts[decision.Templates[i].Name] = ssmetrics.TemplateCounts{Pending: int(n.Pending), Infeasible: int(n.Failed)}
-	}
-	c.metrics.SetStatefulSet(namespace, name, counts)
-	statusErr := c.writeStatus(ctx, sts, decision.Status())
-	return errors.Join(transientErr, statusErr)
 }
 
 // gather collects the decision's inputs from the informer caches.

@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
 // lastAppliedAnnotation is kubectl's copy of the applied manifest; on
@@ -27,50 +27,35 @@ func (c *Controller) enqueueStatefulSet(obj any) {
 	}
 }
 
-// updateStatefulSet ignores updates that only carry our own status write,
-// so the controller does not re-process what it just wrote. Resyncs (same
-// resourceVersion) go through: they are the periodic safety net.
-func (c *Controller) updateStatefulSet(oldObj, newObj any) {
-	oldSTS, ok1 := oldObj.(*appsv1.StatefulSet)
-	newSTS, ok2 := newObj.(*appsv1.StatefulSet)
-	if ok1 && ok2 && oldSTS.ResourceVersion != newSTS.ResourceVersion && onlyStatusAnnotationChanged(oldSTS, newSTS) {
-		return
-	}
+// updateStatefulSet enqueues every update, the echo of the controller's own
+// status write included: writeStatus skips a write while the cache is behind
+// that write and relies on the echo to compare again. A sync of an unchanged
+// StatefulSet reads caches only and writes nothing. Resyncs (same
+// resourceVersion) go through too: they are the periodic safety net.
+func (c *Controller) updateStatefulSet(_, newObj any) {
 	c.enqueueStatefulSet(newObj)
 }
 
-func onlyStatusAnnotationChanged(a, b *appsv1.StatefulSet) bool {
-	if a.UID != b.UID || a.Generation != b.Generation || !equality.Semantic.DeepEqual(a.Status, b.Status) ||
-		!equality.Semantic.DeepEqual(a.Labels, b.Labels) || !a.DeletionTimestamp.Equal(b.DeletionTimestamp) ||
-		!equality.Semantic.DeepEqual(a.Spec, b.Spec) {
-		return false
+// fromEvent returns the object of an informer event, unwrapping the
+// tombstone of a delete the informer missed.
+func fromEvent[T any](obj any) (T, bool) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
 	}
-	if len(a.Annotations) != len(b.Annotations) {
-		return false
-	}
-	for k, v := range a.Annotations {
-		if bv, ok := b.Annotations[k]; !ok || (bv != v && k != status.Annotation) {
-			return false
-		}
-	}
-	return true
+	typed, ok := obj.(T)
+	return typed, ok
 }
 
-func (c *Controller) podChanged(obj any) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		tombstone, isTombstone := obj.(cache.DeletedFinalStateUnknown)
-		if !isTombstone {
-			return
+// enqueueFor enqueues the StatefulSets that owners maps an event's object to.
+func enqueueFor[T any](queue workqueue.TypedInterface[string], obj any, owners func(T) []string) {
+	if typed, ok := fromEvent[T](obj); ok {
+		for _, key := range owners(typed) {
+			queue.Add(key)
 		}
-		if pod, ok = tombstone.Obj.(*corev1.Pod); !ok {
-			return
-		}
-	}
-	for _, key := range c.statefulSetsForPod(pod) {
-		c.queue.Add(key)
 	}
 }
+
+func (c *Controller) podChanged(obj any) { enqueueFor(c.queue, obj, c.statefulSetsForPod) }
 
 // updatePod reacts to what eligibility depends on: phase, revision label,
 // deletion, ownership. Pod status churn (conditions, container states) is
@@ -110,25 +95,11 @@ func (c *Controller) statefulSetsForPod(pod *corev1.Pod) []string {
 	return keys
 }
 
-func (c *Controller) pvcChanged(obj any) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
-		tombstone, isTombstone := obj.(cache.DeletedFinalStateUnknown)
-		if !isTombstone {
-			return
-		}
-		if pvc, ok = tombstone.Obj.(*corev1.PersistentVolumeClaim); !ok {
-			return
-		}
-	}
-	for _, key := range c.statefulSetsForPVC(pvc) {
-		c.queue.Add(key)
-	}
-}
+func (c *Controller) pvcChanged(obj any) { enqueueFor(c.queue, obj, c.statefulSetsForPVC) }
 
 func (c *Controller) pvcDeleted(obj any) {
-	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-		c.writes.forget("pvc:" + key)
+	if pvc, ok := fromEvent[*corev1.PersistentVolumeClaim](obj); ok {
+		c.fresh.Forget(writeKey("pvc", pvc.Namespace, pvc.Name))
 	}
 	c.pvcChanged(obj)
 }
@@ -200,34 +171,26 @@ func (c *Controller) updateStorageClass(oldObj, newObj any) {
 // A cluster-wide Pod informer is the largest cache by far, so pods are
 // reduced to identity, labels, owners, deletion and phase.
 
+// stripManagedFields drops what nothing here reads from any object:
+// managedFields and kubectl's copy of the applied manifest. It is the whole
+// transform of PVCs and StorageClasses.
 func stripManagedFields(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
+		if annotations := m.GetAnnotations(); annotations != nil {
+			delete(annotations, lastAppliedAnnotation)
+		}
 	}
 	return obj, nil
 }
 
 func transformStatefulSet(obj any) (any, error) {
-	sts, ok := obj.(*appsv1.StatefulSet)
-	if !ok {
-		return obj, nil
+	if sts, ok := obj.(*appsv1.StatefulSet); ok {
+		// The pod template is not read (the revision label on pods says
+		// whether a pod is current); its spec is the bulk of a StatefulSet.
+		sts.Spec.Template.Spec = corev1.PodSpec{}
 	}
-	sts.ManagedFields = nil
-	delete(sts.Annotations, lastAppliedAnnotation)
-	// The pod template is not read (the revision label on pods says whether
-	// a pod is current); its spec is the bulk of a StatefulSet.
-	sts.Spec.Template.Spec = corev1.PodSpec{}
-	return sts, nil
-}
-
-func transformPVC(obj any) (any, error) {
-	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
-	if !ok {
-		return obj, nil
-	}
-	pvc.ManagedFields = nil
-	delete(pvc.Annotations, lastAppliedAnnotation)
-	return pvc, nil
+	return stripManagedFields(obj)
 }
 
 func transformPod(obj any) (any, error) {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,11 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
@@ -27,7 +29,6 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/fakeapi"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
@@ -38,14 +39,15 @@ const (
 	scName   = "expandable"
 )
 
-// harness runs the controller against the fake API server with real
-// informers. Tests either call h.sync for deterministic steps, or h.run for
-// the full loop with workers.
+// harness runs the controller against client-go's fake clientset. Tests
+// either drive sync directly, Kubernetes sample-controller style (the
+// informers are not started: catchUp copies what the fake API holds into
+// their caches, so each step sees exactly the state the test made), or start
+// the full loop with run (informers and workers, fed by the fake's watches).
 type harness struct {
 	t        *testing.T
 	ctx      context.Context
-	api      *fakeapi.Server
-	client   kubernetes.Interface
+	client   *fake.Clientset
 	factory  informers.SharedInformerFactory
 	ctrl     *Controller
 	recorder *record.FakeRecorder
@@ -55,8 +57,7 @@ type harness struct {
 func newHarness(t *testing.T, objects ...runtime.Object) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), testLogger(t)))
-	h := &harness{t: t, ctx: ctx, api: fakeapi.New(t, objects...), recorder: record.NewFakeRecorder(100)}
-	h.client = h.api.Clientset(t)
+	h := &harness{t: t, ctx: ctx, client: fake.NewClientset(objects...), recorder: record.NewFakeRecorder(100)}
 	h.factory = informers.NewSharedInformerFactory(h.client, 0)
 	m := ssmetrics.New()
 	h.registry = metrics.NewKubeRegistry()
@@ -69,17 +70,12 @@ func newHarness(t *testing.T, objects ...runtime.Object) *harness {
 		t.Fatal(err)
 	}
 	h.ctrl = ctrl
-	h.factory.Start(ctx.Done())
 	t.Cleanup(func() {
 		cancel()
 		h.ctrl.queue.ShutDown()
-		h.factory.Shutdown() // waits for the informers to stop
+		h.factory.Shutdown() // waits for started informers to stop
 	})
-	for typ, ok := range h.factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("cache for %v did not sync", typ)
-		}
-	}
+	h.catchUp()
 	return h
 }
 
@@ -103,7 +99,8 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// run starts the workers; they stop at the end of the test.
+// run starts the informers and workers; they stop at the end of the test.
+// After run, the informers own their caches: do not call catchUp.
 func (h *harness) run() {
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(h.ctx)
@@ -116,9 +113,50 @@ func (h *harness) run() {
 	})
 }
 
+// sync reconciles the StatefulSet once, from the caches as catchUp left them.
 func (h *harness) sync() error {
 	h.t.Helper()
-	return h.ctrl.Sync(h.ctx, ns+"/web")
+	return h.ctrl.sync(h.ctx, ns+"/web")
+}
+
+// catchUp replaces the (not started) informers' caches with what the fake
+// API holds now: the caches catch up with every write so far.
+func (h *harness) catchUp() {
+	h.t.Helper()
+	lists := []struct {
+		informer cache.SharedIndexInformer
+		list     func() (runtime.Object, error)
+	}{
+		{h.factory.Apps().V1().StatefulSets().Informer(), func() (runtime.Object, error) {
+			return h.client.AppsV1().StatefulSets("").List(h.ctx, metav1.ListOptions{})
+		}},
+		{h.factory.Core().V1().Pods().Informer(), func() (runtime.Object, error) {
+			return h.client.CoreV1().Pods("").List(h.ctx, metav1.ListOptions{})
+		}},
+		{h.factory.Core().V1().PersistentVolumeClaims().Informer(), func() (runtime.Object, error) {
+			return h.client.CoreV1().PersistentVolumeClaims("").List(h.ctx, metav1.ListOptions{})
+		}},
+		{h.factory.Storage().V1().StorageClasses().Informer(), func() (runtime.Object, error) {
+			return h.client.StorageV1().StorageClasses().List(h.ctx, metav1.ListOptions{})
+		}},
+	}
+	for _, l := range lists {
+		list, err := l.list()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		objs, err := meta.ExtractList(list)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		items := make([]any, len(objs))
+		for i := range objs {
+			items[i] = objs[i]
+		}
+		if err := l.informer.GetIndexer().Replace(items, ""); err != nil {
+			h.t.Fatal(err)
+		}
+	}
 }
 
 // eventually polls cond until it holds or 20s pass (generous: the machine is
@@ -133,35 +171,59 @@ func (h *harness) eventually(what string, cond func() bool) {
 	}
 }
 
-// cached waits until the informer caches show the StatefulSet, PVCs and
-// pods as the API server has them, so that a following sync sees them.
-func (h *harness) cached() {
+// resyncChangesNothing syncs again once the caches show every write so far:
+// no event is repeated and the unchanged status is not rewritten.
+func (h *harness) resyncChangesNothing() {
 	h.t.Helper()
-	h.eventually("informer caches to catch up", func() bool {
-		for _, pair := range []struct {
-			resource string
-			lister   func(name string) (metav1.Object, error)
-		}{
-			{"statefulsets", func(n string) (metav1.Object, error) { return h.ctrl.stsLister.StatefulSets(ns).Get(n) }},
-			{"persistentvolumeclaims", func(n string) (metav1.Object, error) {
-				return h.ctrl.pvcLister.PersistentVolumeClaims(ns).Get(n)
-			}},
-			{"pods", func(n string) (metav1.Object, error) { return h.ctrl.podLister.Pods(ns).Get(n) }},
-		} {
-			list, err := h.api.Tracker.List(gvr(pair.resource), gvk(pair.resource), ns)
-			if err != nil {
-				return false
-			}
-			items, _ := metaList(list)
-			for _, item := range items {
-				cached, err := pair.lister(item.GetName())
-				if err != nil || cached.GetResourceVersion() != item.GetResourceVersion() {
-					return false
-				}
-			}
+	h.catchUp()
+	writes := len(h.actions("patch", "statefulsets"))
+	if err := h.sync(); err != nil {
+		h.t.Fatal(err)
+	}
+	if ev := h.events(); len(ev) != 0 {
+		h.t.Errorf("repeated events %q", ev)
+	}
+	if n := len(h.actions("patch", "statefulsets")); n != writes {
+		h.t.Errorf("status rewritten although unchanged (%d -> %d writes)", writes, n)
+	}
+}
+
+// wantMetrics checks every series of a metric family: want maps its labels,
+// rendered as name="value" pairs in name order, to its value.
+func (h *harness) wantMetrics(family string, want map[string]float64) {
+	h.t.Helper()
+	families, err := h.registry.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != family {
+			continue
 		}
-		return true
-	})
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			got[strings.Join(labels, ",")] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		h.t.Errorf("%s: got %v, want %v", family, got, want)
+	}
+}
+
+// actions returns the requests the fake API received with the given verb and
+// resource.
+func (h *harness) actions(verb, resource string) []clienttesting.Action {
+	var out []clienttesting.Action
+	for _, a := range h.client.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == resource {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (h *harness) pvc(name string) *corev1.PersistentVolumeClaim {
@@ -191,13 +253,37 @@ func (h *harness) status() *status.VolumeClaimTemplates {
 	return st
 }
 
+// newVersion plays the apiserver for a change the test makes as another
+// actor: client-go's fake stores objects as given, so the test gives the
+// changed object a new resourceVersion (the controller's informer handlers
+// tell resyncs from changes by it).
+func newVersion(obj metav1.Object) {
+	rv, _ := strconv.Atoi(obj.GetResourceVersion())
+	obj.SetResourceVersion(strconv.Itoa(rv + 1))
+}
+
 // updatePVCStatus plays the resizer: it changes a PVC's status through the
-// API (tracker), which informers then deliver.
+// API, which informers (or catchUp) then deliver.
 func (h *harness) updatePVCStatus(name string, mutate func(*corev1.PersistentVolumeClaimStatus)) {
 	h.t.Helper()
 	pvc := h.pvc(name)
 	mutate(&pvc.Status)
-	if err := h.api.Tracker.Update(gvr("persistentvolumeclaims"), pvc, ns); err != nil {
+	newVersion(pvc)
+	if _, err := h.client.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(h.ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// updatePod plays the StatefulSet controller or the kubelet on a pod.
+func (h *harness) updatePod(p *corev1.Pod) {
+	h.t.Helper()
+	current, err := h.client.CoreV1().Pods(ns).Get(h.ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p.ResourceVersion = current.ResourceVersion
+	newVersion(p)
+	if _, err := h.client.CoreV1().Pods(ns).Update(h.ctx, p, metav1.UpdateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -308,31 +394,3 @@ func hasEvent(events []string, substrings ...string) bool {
 }
 
 func typesUID(s string) types.UID { return types.UID(s) }
-
-var resources = map[string]schema.GroupVersionKind{
-	"statefulsets":           appsv1.SchemeGroupVersion.WithKind("StatefulSet"),
-	"persistentvolumeclaims": corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"),
-	"pods":                   corev1.SchemeGroupVersion.WithKind("Pod"),
-}
-
-func gvk(resource string) schema.GroupVersionKind { return resources[resource] }
-
-func gvr(resource string) schema.GroupVersionResource {
-	return resources[resource].GroupVersion().WithResource(resource)
-}
-
-func metaList(list runtime.Object) ([]metav1.Object, error) {
-	objs, err := meta.ExtractList(list)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]metav1.Object, 0, len(objs))
-	for _, o := range objs {
-		m, err := meta.Accessor(o)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}

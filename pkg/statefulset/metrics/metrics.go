@@ -66,18 +66,10 @@ func New() *Metrics {
 			Help:           "PVC storage request patches made by statefulset-resizer, by result: success, rejected (permanent API error), error (transient, retried).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"result"}),
-		replicasPending: metrics.NewGaugeVec(&metrics.GaugeOpts{
-			Subsystem:      subsystem,
-			Name:           "replicas_pending",
-			Help:           "Replicas of a StatefulSet whose PVC of a volume claim template has not reached the template size yet and is not infeasible.",
-			StabilityLevel: metrics.ALPHA,
-		}, []string{"namespace", "statefulset", "template"}),
-		replicasInfeasible: metrics.NewGaugeVec(&metrics.GaugeOpts{
-			Subsystem:      subsystem,
-			Name:           "replicas_infeasible",
-			Help:           "Replicas of a StatefulSet whose PVC of a volume claim template cannot reach the template size without a user action.",
-			StabilityLevel: metrics.ALPHA,
-		}, []string{"namespace", "statefulset", "template"}),
+		replicasPending: replicaGauge("replicas_pending",
+			"Replicas of a StatefulSet whose PVC of a volume claim template has not reached the template size yet and is not infeasible."),
+		replicasInfeasible: replicaGauge("replicas_infeasible",
+			"Replicas of a StatefulSet whose PVC of a volume claim template cannot reach the template size without a user action."),
 		reconcileDuration: metrics.NewHistogramVec(&metrics.HistogramOpts{
 			Subsystem:      subsystem,
 			Name:           "reconcile_duration_seconds",
@@ -87,6 +79,16 @@ func New() *Metrics {
 		}, []string{"result"}),
 		templates: map[stsKey]map[string]bool{},
 	}
+}
+
+// replicaGauge is a per-template gauge of replicas.
+func replicaGauge(name, help string) *metrics.GaugeVec {
+	return metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem:      subsystem,
+		Name:           name,
+		Help:           help,
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "statefulset", "template"})
 }
 
 // Register adds the metrics to a registry through its Register function:

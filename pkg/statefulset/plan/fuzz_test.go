@@ -120,7 +120,7 @@ func randomWorld(b *byteSource) *world {
 //   - only PVCs of running, updated, non-terminating pods are patched, each
 //     at most once, to exactly the template size;
 //   - a replica is Ready exactly when its capacity reaches the template
-//     (DESIGN §3.5), whatever its request above the template;
+//     (docs/design.md §3.5), whatever its request above the template;
 //   - an infeasible verdict is only taken for the size the resizer tried;
 //   - a failing (retried) resize is reported only from an error condition
 //     about the size the resizer tried, is Pending (never counted as
@@ -172,7 +172,7 @@ func FuzzDecideInvariants(f *testing.F) {
 						t.Fatalf("patched %s to %s, template says %s", rd.PVCName, &rd.Patch.To, &td.Size)
 					}
 				}
-				// DESIGN §3.5: readyReplicas counts replicas whose PVC
+				// docs/design.md §3.5: readyReplicas counts replicas whose PVC
 				// capacity is at least the template size; a request left
 				// above the template does not make such a replica unready.
 				if pvc := w.pvcs[rd.PVCName]; pvc != nil && !td.Size.IsZero() {

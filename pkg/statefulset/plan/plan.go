@@ -236,27 +236,32 @@ func Decide(in Input) *Decision {
 		start = sts.Spec.Ordinals.Start
 	}
 	for i := range sts.Spec.VolumeClaimTemplates {
-		tmpl := &sts.Spec.VolumeClaimTemplates[i]
-		td := TemplateDecision{Name: tmpl.Name}
-		if q, ok := tmpl.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
-			td.Size = q.DeepCopy()
-		}
-		// blocked turns true at the first replica of an OrderedReady
-		// StatefulSet that is not Ready; later replicas are not touched.
-		blocked := false
-		for ordinal := start; ordinal < start+d.DesiredReplicas; ordinal++ {
-			rd := decideReplica(in, selector, tmpl, &td.Size, ordinal)
-			if blocked {
-				rd = holdBack(rd)
-			}
-			if d.Ordered && rd.State != Ready {
-				blocked = true
-			}
-			td.Replicas = append(td.Replicas, rd)
-		}
-		d.Templates = append(d.Templates, td)
+		d.Templates = append(d.Templates, d.decideTemplate(in, selector, &sts.Spec.VolumeClaimTemplates[i], start))
 	}
 	return d
+}
+
+// decideTemplate evaluates the replicas of one volume claim template, in
+// ordinal order from start.
+func (d *Decision) decideTemplate(in Input, selector labels.Selector, tmpl *corev1.PersistentVolumeClaim, start int32) TemplateDecision {
+	td := TemplateDecision{Name: tmpl.Name}
+	if q, ok := tmpl.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+		td.Size = q.DeepCopy()
+	}
+	// blocked turns true at the first replica of an OrderedReady
+	// StatefulSet that is not Ready; later replicas are not touched.
+	blocked := false
+	for ordinal := start; ordinal < start+d.DesiredReplicas; ordinal++ {
+		rd := decideReplica(in, selector, tmpl, &td.Size, ordinal)
+		if blocked {
+			rd = holdBack(rd)
+		}
+		if d.Ordered && rd.State != Ready {
+			blocked = true
+		}
+		td.Replicas = append(td.Replicas, rd)
+	}
+	return td
 }
 
 // holdBack turns a decision for a replica behind an unfinished one (in an
@@ -306,6 +311,25 @@ func PVCName(templateName, stsName string, ordinal int32) string {
 	return templateName + "-" + PodName(stsName, ordinal)
 }
 
+// pending returns rd as Pending for reason.
+func (rd ReplicaDecision) pending(reason, format string, args ...any) ReplicaDecision {
+	rd.State, rd.Reason, rd.Message = Pending, reason, fmt.Sprintf(format, args...)
+	return rd
+}
+
+// failed returns rd as Failed for reason, told on the StatefulSet with event.
+func (rd ReplicaDecision) failed(event, reason, format string, args ...any) ReplicaDecision {
+	rd.State, rd.Reason, rd.Message = Failed, reason, fmt.Sprintf(format, args...)
+	rd.tell(event, "")
+	return rd
+}
+
+// tell sets the event that reports rd.Message on the StatefulSet; key as in
+// Event.Key.
+func (rd *ReplicaDecision) tell(reason, key string) {
+	rd.Event = &Event{Reason: reason, Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message), Key: key}
+}
+
 func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVolumeClaim, size *resource.Quantity, ordinal int32) ReplicaDecision {
 	sts := in.StatefulSet
 	rd := ReplicaDecision{
@@ -313,39 +337,15 @@ func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVo
 		PodName: PodName(sts.Name, ordinal),
 		PVCName: PVCName(tmpl.Name, sts.Name, ordinal),
 	}
-	pending := func(reason, format string, args ...any) ReplicaDecision {
-		rd.State, rd.Reason, rd.Message = Pending, reason, fmt.Sprintf(format, args...)
-		return rd
+	if waiting, ok := podNotEligible(rd, in.Pods[rd.PodName], sts, selector); ok {
+		return waiting
 	}
-	failed := func(event, reason, format string, args ...any) ReplicaDecision {
-		rd.State, rd.Reason, rd.Message = Failed, reason, fmt.Sprintf(format, args...)
-		rd.Event = &Event{Reason: event, Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message)}
-		return rd
-	}
-
-	// Rule 1: only replicas whose pod runs at the update revision. Not
-	// Ready: a readiness check may itself wait for the bigger volume.
-	pod := in.Pods[rd.PodName]
-	switch {
-	case pod == nil:
-		return pending(ReasonPodMissing, "pod %s does not exist", rd.PodName)
-	case !podBelongsTo(pod, sts, selector):
-		return pending(ReasonPodNotOwned, "pod %s does not belong to StatefulSet %s", rd.PodName, sts.Name)
-	case pod.DeletionTimestamp != nil:
-		return pending(ReasonPodTerminating, "pod %s is terminating", rd.PodName)
-	case pod.Status.Phase != corev1.PodRunning:
-		return pending(ReasonPodNotRunning, "pod %s is %s, not Running", rd.PodName, phaseOrUnknown(pod.Status.Phase))
-	case sts.Status.UpdateRevision == "" || pod.Labels[appsv1.StatefulSetRevisionLabel] != sts.Status.UpdateRevision:
-		return pending(ReasonPodNotUpdated, "pod %s is at revision %q, not at the update revision %q",
-			rd.PodName, pod.Labels[appsv1.StatefulSetRevisionLabel], sts.Status.UpdateRevision)
-	}
-
 	pvc := in.PVCs[rd.PVCName]
 	switch {
 	case pvc == nil:
-		return pending(ReasonPVCMissing, "PVC %s does not exist", rd.PVCName)
+		return rd.pending(ReasonPVCMissing, "PVC %s does not exist", rd.PVCName)
 	case pvc.DeletionTimestamp != nil:
-		return pending(ReasonPVCTerminating, "PVC %s is being deleted", rd.PVCName)
+		return rd.pending(ReasonPVCTerminating, "PVC %s is being deleted", rd.PVCName)
 	}
 	if size.IsZero() {
 		// Nothing to reconcile: the template does not ask for a size.
@@ -353,22 +353,46 @@ func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVo
 		return rd
 	}
 	if pvc.Status.Phase != corev1.ClaimBound {
-		return pending(ReasonPVCNotBound, "PVC %s is %s, not Bound", rd.PVCName, pvc.Status.Phase)
+		return rd.pending(ReasonPVCNotBound, "PVC %s is %s, not Bound", rd.PVCName, pvc.Status.Phase)
 	}
+	return decideSize(rd, sts, pvc, storageClassOf(in, pvc), size)
+}
 
+// podNotEligible applies docs/design.md §3 rule 1: only replicas whose pod
+// runs at the update revision. Not Ready: a readiness check may itself wait
+// for the bigger volume. It returns the Pending decision and true for a
+// replica whose pod is not eligible.
+func podNotEligible(rd ReplicaDecision, pod *corev1.Pod, sts *appsv1.StatefulSet, selector labels.Selector) (ReplicaDecision, bool) {
+	switch {
+	case pod == nil:
+		return rd.pending(ReasonPodMissing, "pod %s does not exist", rd.PodName), true
+	case !podBelongsTo(pod, sts, selector):
+		return rd.pending(ReasonPodNotOwned, "pod %s does not belong to StatefulSet %s", rd.PodName, sts.Name), true
+	case pod.DeletionTimestamp != nil:
+		return rd.pending(ReasonPodTerminating, "pod %s is terminating", rd.PodName), true
+	case pod.Status.Phase != corev1.PodRunning:
+		return rd.pending(ReasonPodNotRunning, "pod %s is %s, not Running", rd.PodName, phaseOrUnknown(pod.Status.Phase)), true
+	case sts.Status.UpdateRevision == "" || pod.Labels[appsv1.StatefulSetRevisionLabel] != sts.Status.UpdateRevision:
+		return rd.pending(ReasonPodNotUpdated, "pod %s is at revision %q, not at the update revision %q",
+			rd.PodName, pod.Labels[appsv1.StatefulSetRevisionLabel], sts.Status.UpdateRevision), true
+	}
+	return rd, false
+}
+
+// decideSize compares the bound PVC of an eligible replica with the template
+// size: the patch to make (docs/design.md §3 rule 2), or where the resize
+// stands.
+func decideSize(rd ReplicaDecision, sts *appsv1.StatefulSet, pvc *corev1.PersistentVolumeClaim, sc *storagev1.StorageClass, size *resource.Quantity) ReplicaDecision {
 	request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	capacity := pvc.Status.Capacity[corev1.ResourceStorage]
-	sc := storageClassOf(in, pvc)
-
 	switch cmp := request.Cmp(*size); {
 	case cmp < 0:
 		// Rule 2: increases always, unless the apiserver would refuse.
 		if sc != nil && !allowsExpansion(sc) {
-			return failed(EventFailedToPatchPVC, ReasonExpansionNotAllowed,
-				"cannot resize to %s: StorageClass %s does not allow volume expansion", size, sc.Name)
+			return expansionNotAllowed(rd, sc, size)
 		}
 		rd.Patch = newPatch(sts, pvc, &request, size)
-		return pending(ReasonExpanding, "patching the request from %s to %s", &request, size)
+		return rd.pending(ReasonExpanding, "patching the request from %s to %s", &request, size)
 	case cmp > 0:
 		// Rule 2: decreases only of a request this controller raised, and
 		// only to a size above the capacity (KEP-1790 recovery from a failed
@@ -376,48 +400,57 @@ func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVo
 		raised := raisedByController(pvc, &request)
 		if raised && size.Cmp(capacity) > 0 {
 			if sc != nil && !allowsExpansion(sc) {
-				return failed(EventFailedToPatchPVC, ReasonExpansionNotAllowed,
-					"cannot resize to %s: StorageClass %s does not allow volume expansion", size, sc.Name)
+				return expansionNotAllowed(rd, sc, size)
 			}
 			rd.Patch = newPatch(sts, pvc, &request, size)
-			return pending(ReasonRecovering, "lowering the request from %s to %s to recover from a failed expansion (capacity %s)", &request, size, &capacity)
+			return rd.pending(ReasonRecovering, "lowering the request from %s to %s to recover from a failed expansion (capacity %s)", &request, size, &capacity)
 		}
 		return aboveTemplate(rd, pvc, raised, &request, &capacity, size)
 	}
-
 	if capacity.Cmp(*size) >= 0 {
 		rd.State, rd.Reason, rd.Message = Ready, ReasonResized, fmt.Sprintf("capacity %s", &capacity)
 		return rd
 	}
-	// Rule 4: surface what the resizer (or kubelet) reported on the PVC.
+	return resizeProgress(rd, pvc, &request, &capacity, size)
+}
+
+// expansionNotAllowed fails a replica whose patch the apiserver would refuse
+// (KEP-661 "Errors When Patching"): its StorageClass does not allow volume
+// expansion.
+func expansionNotAllowed(rd ReplicaDecision, sc *storagev1.StorageClass, size *resource.Quantity) ReplicaDecision {
+	return rd.failed(EventFailedToPatchPVC, ReasonExpansionNotAllowed,
+		"cannot resize to %s: StorageClass %s does not allow volume expansion", size, sc.Name)
+}
+
+// resizeProgress applies docs/design.md §3 rule 4 to a PVC whose request is
+// the template size and whose capacity is below it: surface what the resizer
+// (or kubelet) reported on the PVC.
+func resizeProgress(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, request, capacity, size *resource.Quantity) ReplicaDecision {
 	if infeasible, detail := infeasibility(pvc); infeasible {
-		if tried, stale := staleAttempt(pvc, &request); stale {
-			return pending(ReasonResizing, "resizing from %s to %s; the last attempt, for %s, was infeasible: %s", &capacity, size, &tried, detail)
+		if tried, stale := staleAttempt(pvc, request); stale {
+			return rd.pending(ReasonResizing, "resizing from %s to %s; the last attempt, for %s, was infeasible: %s", capacity, size, &tried, detail)
 		}
-		return failed(EventVolumeResizeInfeasible, ReasonResizeInfeasible, "cannot resize to %s: %s", size, detail)
+		return rd.failed(EventVolumeResizeInfeasible, ReasonResizeInfeasible, "cannot resize to %s: %s", size, detail)
 	}
 	if e := lastResizeError(pvc); e != nil {
-		if tried, stale := staleAttempt(pvc, &request); stale {
+		if tried, stale := staleAttempt(pvc, request); stale {
 			// The error is about another size; the resizer has yet to try
 			// this one (as for a stale infeasible verdict above).
-			return pending(ReasonResizing, "resizing from %s to %s; the last attempt, for %s, failed: %s", &capacity, size, &tried, e.detail)
+			return rd.pending(ReasonResizing, "resizing from %s to %s; the last attempt, for %s, failed: %s", capacity, size, &tried, e.detail)
 		}
 		// Not infeasible: the resizer retries on its own, so the replica
 		// stays Pending (nothing for `wait` to fail on), but the user of the
 		// StatefulSet is told, in the status message and with an event.
-		rd.State, rd.Reason = Pending, ReasonResizeFailing
-		rd.Message = fmt.Sprintf("resize to %s failing, retried by %s: %s", size, e.retriedBy, e.detail)
-		rd.Event = &Event{Reason: EventVolumeResizeFailing,
-			Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message),
-			Key:     fmt.Sprintf("%s %s %s", size, e.condition, e.code)}
+		rd = rd.pending(ReasonResizeFailing, "resize to %s failing, retried by %s: %s", size, e.retriedBy, e.detail)
+		rd.tell(EventVolumeResizeFailing, fmt.Sprintf("%s %s %s", size, e.condition, e.code))
 		return rd
 	}
-	return pending(ReasonResizing, "resizing from %s to %s", &capacity, size)
+	return rd.pending(ReasonResizing, "resizing from %s to %s", capacity, size)
 }
 
 // aboveTemplate decides for a PVC whose request is above the template and
 // that is not lowered: a person raised it, or the template is at or below the
-// volume's capacity (volumes cannot shrink). DESIGN §3.5 counts a replica as
+// volume's capacity (volumes cannot shrink). docs/design.md §3.5 counts a replica as
 // ready by its capacity, so such a replica is Ready once its capacity reaches
 // the template: the request left above the template is not a failure of the
 // resize (wait must pass), only something to tell the user, in the status
@@ -431,7 +464,7 @@ func aboveTemplate(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, raised
 		rd.Reason = ReasonShrinkBelowCapacity
 		rd.Message = fmt.Sprintf("cannot lower the request from %s to %s: not above the volume's capacity %s (volumes cannot shrink)", request, size, capacity)
 	}
-	rd.Event = &Event{Reason: EventFailedToPatchPVC, Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message)}
+	rd.tell(EventFailedToPatchPVC, "")
 	if capacity.Cmp(*size) >= 0 {
 		rd.State = Ready
 		return rd
@@ -445,7 +478,7 @@ func aboveTemplate(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, raised
 		}
 		rd.State, rd.Reason = Failed, ReasonResizeInfeasible
 		rd.Message = fmt.Sprintf("cannot resize to %s (a request not raised by statefulset-resizer, above the template's %s): %s", request, size, detail)
-		rd.Event = &Event{Reason: EventVolumeResizeInfeasible, Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message)}
+		rd.tell(EventVolumeResizeInfeasible, "")
 		return rd
 	}
 	rd.State = Pending
@@ -651,8 +684,7 @@ func (d *Decision) RejectPatch(pvcName, message string) bool {
 			rd.Patch = nil
 			rd.State, rd.Reason = Failed, ReasonPatchRejected
 			rd.Message = fmt.Sprintf("patching the request to %s failed: %s", &to, message)
-			rd.Event = &Event{Reason: EventFailedToPatchPVC,
-				Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message)}
+			rd.tell(EventFailedToPatchPVC, "")
 			return true
 		}
 	}

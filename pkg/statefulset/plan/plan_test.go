@@ -172,7 +172,7 @@ func TestKEP661_ControllerRevisionAfterResize(t *testing.T) {
 //
 // Where the KEP goes on ("readyReplicas field stays at 0", "the
 // StatefulSet reconciliation should stay stuck on the first replica"), this
-// product follows DESIGN §3.5 instead, which wins over the KEP: readyReplicas
+// product follows docs/design.md §3.5 instead, which wins over the KEP: readyReplicas
 // counts replicas whose PVC capacity is at least the template size. A PVC
 // left above a lowered template is such a replica: it is Ready (so the
 // template is finished and `wait` exits 0), OrderedReady goes on past it, and
@@ -207,7 +207,7 @@ func TestKEP661_DecreaseTemplate_ReportedThenResolved(t *testing.T) {
 	}
 }
 
-// DESIGN §3.5 over KEP-661: a replica left above a lowered template counts
+// docs/design.md §3.5 over KEP-661: a replica left above a lowered template counts
 // by its capacity. Below the template (a person raised the request and the
 // resizer is still on it) it is pending, and with OrderedReady the replicas
 // after it wait; once the capacity reaches the template it is Ready.
@@ -262,7 +262,7 @@ func TestAboveTemplateCountsByCapacity(t *testing.T) {
 // StatefulSet, and the readyReplicas field is updated to the number of
 // replicas" — "The same test should be done for monotonic and burst roll out
 // strategies." Templates are reconciled independently. The decreased template
-// counts its replicas by capacity (DESIGN §3.5, see
+// counts its replicas by capacity (docs/design.md §3.5, see
 // TestKEP661_DecreaseTemplate_ReportedThenResolved): ready, with a note.
 func TestKEP661_DecreaseOneOfMultipleTemplates(t *testing.T) {
 	for _, policy := range policies {
@@ -353,7 +353,7 @@ func TestKEP661_RecoveryFromInfeasibleExpansion(t *testing.T) {
 	expectStatus(t, d, "data", 0, 1, 0)
 
 	// Lowering to the capacity or below is not a recovery: refused. The
-	// capacity is at the template, so the replica counts as ready (DESIGN
+	// capacity is at the template, so the replica counts as ready (docs/design.md
 	// §3.5), with the request that stays above it reported, not infeasible.
 	w.setTemplate("data", "1Gi")
 	d = w.decide(t)
@@ -409,7 +409,7 @@ func TestKEP661_PVCNotBoundOrMissing(t *testing.T) {
 	expect(t, "reasons", reasons(d, "data"), []string{ReasonPVCNotBound, ReasonPVCMissing})
 }
 
-// DESIGN §3 rule 2: a PVC a person raised above the template is never
+// docs/design.md §3 rule 2: a PVC a person raised above the template is never
 // lowered, even when lowering would be allowed by the API; once a person
 // changes a request we raised, it is theirs.
 func TestRule2_NeverLowerWhatAPersonRaised(t *testing.T) {
@@ -458,7 +458,7 @@ func TestPatchAnnotations(t *testing.T) {
 	}
 }
 
-// DESIGN §3 / issue: a StatefulSet deleted with --cascade=orphan and
+// docs/design.md §3: a StatefulSet deleted with --cascade=orphan and
 // re-created (new UID, generation 1) with a bigger template is the same
 // workload: its orphaned or re-adopted pods and existing PVCs are resized.
 func TestOrphanRecreateIsTheSameWorkload(t *testing.T) {
@@ -485,26 +485,32 @@ func TestOrphanRecreateIsTheSameWorkload(t *testing.T) {
 	expect(t, "reasons", reasons(d, "data"), []string{ReasonPodNotOwned, ReasonWaitingForPreviousReplica})
 }
 
+// resizerReport is what the resizer or the kubelet writes on a PVC: a KEP-1790
+// state and an error condition with its code and message.
+type resizerReport struct {
+	state     corev1.ClaimResourceStatus
+	cond      corev1.PersistentVolumeClaimConditionType
+	code, msg string
+}
+
 // KEP-1790 states and conditions as the resizer and kubelet write them.
 func TestInfeasibilityDetection(t *testing.T) {
 	cases := []struct {
-		name       string
-		state      corev1.ClaimResourceStatus
-		cond       corev1.PersistentVolumeClaimConditionType
-		code, msg  string
+		name string
+		resizerReport
 		wantReason string
 		wantDetail string
 	}{
-		{"controller infeasible", corev1.PersistentVolumeClaimControllerResizeInfeasible, corev1.PersistentVolumeClaimControllerResizeError,
-			"OutOfRange", "too big", ReasonResizeInfeasible, "OutOfRange: too big"},
-		{"node infeasible", corev1.PersistentVolumeClaimNodeResizeInfeasible, corev1.PersistentVolumeClaimNodeResizeError,
-			"", "resize2fs failed", ReasonResizeInfeasible, "resize2fs failed"},
-		{"infeasible code in condition only (legacy resizer)", "", corev1.PersistentVolumeClaimControllerResizeError,
-			"InvalidArgument", "bad size", ReasonResizeInfeasible, "InvalidArgument: bad size"},
-		{"final but not infeasible error: failing, retried", corev1.PersistentVolumeClaimControllerResizeInProgress,
-			corev1.PersistentVolumeClaimControllerResizeError, "Internal", "boom", ReasonResizeFailing, "Internal: boom"},
-		{"transient error: failing, retried", corev1.PersistentVolumeClaimControllerResizeInProgress,
-			corev1.PersistentVolumeClaimControllerResizeError, "Uncertain", "timeout", ReasonResizeFailing, "Uncertain: timeout"},
+		{"controller infeasible", resizerReport{corev1.PersistentVolumeClaimControllerResizeInfeasible, corev1.PersistentVolumeClaimControllerResizeError,
+			"OutOfRange", "too big"}, ReasonResizeInfeasible, "OutOfRange: too big"},
+		{"node infeasible", resizerReport{corev1.PersistentVolumeClaimNodeResizeInfeasible, corev1.PersistentVolumeClaimNodeResizeError,
+			"", "resize2fs failed"}, ReasonResizeInfeasible, "resize2fs failed"},
+		{"infeasible code in condition only (legacy resizer)", resizerReport{"", corev1.PersistentVolumeClaimControllerResizeError,
+			"InvalidArgument", "bad size"}, ReasonResizeInfeasible, "InvalidArgument: bad size"},
+		{"final but not infeasible error: failing, retried", resizerReport{corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Internal", "boom"}, ReasonResizeFailing, "Internal: boom"},
+		{"transient error: failing, retried", resizerReport{corev1.PersistentVolumeClaimControllerResizeInProgress,
+			corev1.PersistentVolumeClaimControllerResizeError, "Uncertain", "timeout"}, ReasonResizeFailing, "Uncertain: timeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -699,38 +705,36 @@ func TestInfeasibleVerdictIsForTheSizeTried(t *testing.T) {
 	expect(t, "events when 5Gi is infeasible", events(d), []string{"VolumeResizeInfeasible:data-web-0"})
 }
 
-// DESIGN §3 rule 4: the ControllerResizeError/NodeResizeError conditions are
+// docs/design.md §3 rule 4: the ControllerResizeError/NodeResizeError conditions are
 // surfaced on the StatefulSet, also when they are not infeasible. Such a
 // replica (csi-resizer or the kubelet retries) is pending, not infeasible —
 // `wait` must not give up on it — but its PVC and error are in the template's
 // status message and a VolumeResizeFailing event.
 func TestFailingResizeIsReportedNotInfeasible(t *testing.T) {
 	cases := []struct {
-		name        string
-		state       corev1.ClaimResourceStatus
-		cond        corev1.PersistentVolumeClaimConditionType
-		code, msg   string
+		name string
+		resizerReport
 		triedOther  bool // allocatedResources is another size than the request
 		wantReason  string
 		wantMessage string // the template's status message; "" = none
 	}{
-		{name: "final error, state in progress", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Internal: backend busy"},
-		{name: "transient error", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "DeadlineExceeded", msg: "timed out",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: DeadlineExceeded: timed out"},
-		{name: "error without gRPC status", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Uncertain", msg: "connection reset",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Uncertain: connection reset"},
+		{name: "final error, state in progress",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimControllerResizeInProgress, cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Internal: backend busy"},
+		{name: "transient error",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimControllerResizeInProgress, cond: corev1.PersistentVolumeClaimControllerResizeError, code: "DeadlineExceeded", msg: "timed out"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: DeadlineExceeded: timed out"},
+		{name: "error without gRPC status",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimControllerResizeInProgress, cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Uncertain", msg: "connection reset"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: Uncertain: connection reset"},
 		{name: "condition only (resizer without KEP-1790 state)",
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "FailedPrecondition", msg: "volume in use",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: FailedPrecondition: volume in use"},
-		{name: "node error, retried by the kubelet", state: corev1.PersistentVolumeClaimNodeResizeInProgress,
-			cond: corev1.PersistentVolumeClaimNodeResizeError, code: "", msg: "resize2fs: device busy",
-			wantReason: ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by the kubelet: resize2fs: device busy"},
-		{name: "error from an attempt at another size: not yet about this one", state: corev1.PersistentVolumeClaimControllerResizeInProgress,
-			cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy", triedOther: true,
+			resizerReport: resizerReport{cond: corev1.PersistentVolumeClaimControllerResizeError, code: "FailedPrecondition", msg: "volume in use"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by csi-resizer: FailedPrecondition: volume in use"},
+		{name: "node error, retried by the kubelet",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimNodeResizeInProgress, cond: corev1.PersistentVolumeClaimNodeResizeError, code: "", msg: "resize2fs: device busy"},
+			wantReason:    ReasonResizeFailing, wantMessage: "data-web-1: resize to 10Gi failing, retried by the kubelet: resize2fs: device busy"},
+		{name: "error from an attempt at another size: not yet about this one",
+			resizerReport: resizerReport{state: corev1.PersistentVolumeClaimControllerResizeInProgress, cond: corev1.PersistentVolumeClaimControllerResizeError, code: "Internal", msg: "backend busy"}, triedOther: true,
 			wantReason: ReasonResizing},
 	}
 	for _, tc := range cases {

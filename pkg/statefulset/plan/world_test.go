@@ -211,25 +211,20 @@ func patches(d *Decision) []string {
 
 // reasons renders a template's replica reasons in ordinal order.
 func reasons(d *Decision, template string) []string {
-	for _, td := range d.Templates {
-		if td.Name == template {
-			var out []string
-			for _, rd := range td.Replicas {
-				out = append(out, rd.Reason)
-			}
-			return out
-		}
-	}
-	return nil
+	return perReplica(d, template, func(rd ReplicaDecision) string { return rd.Reason })
 }
 
 // states renders a template's replica states in ordinal order.
 func states(d *Decision, template string) []string {
+	return perReplica(d, template, func(rd ReplicaDecision) string { return string(rd.State) })
+}
+
+func perReplica(d *Decision, template string, render func(ReplicaDecision) string) []string {
 	for _, td := range d.Templates {
 		if td.Name == template {
 			var out []string
 			for _, rd := range td.Replicas {
-				out = append(out, string(rd.State))
+				out = append(out, render(rd))
 			}
 			return out
 		}

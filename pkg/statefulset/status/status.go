@@ -42,7 +42,7 @@ type Template struct {
 	// TemplateName is spec.volumeClaimTemplates[].metadata.name.
 	TemplateName string `json:"templateName"`
 	// ReadyReplicas counts the replicas whose PVC status.capacity is at least
-	// the template's requested size (DESIGN §3.5), including a PVC whose
+	// the template's requested size (docs/design.md §3.5), including a PVC whose
 	// request was left above the template (reported in Message).
 	ReadyReplicas int32 `json:"readyReplicas"`
 	// FinishedReconciliationGeneration is the last StatefulSet generation for

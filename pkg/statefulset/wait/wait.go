@@ -143,60 +143,76 @@ func Wait(ctx context.Context, getter Getter, namespace, name string, opts Optio
 	if opts.Timeout <= 0 {
 		return Verdict{Done: true, Outcome: Failed, Message: fmt.Sprintf("timeout must be positive, got %s", opts.Timeout)}
 	}
-	// last is the last observation of the StatefulSet; a failed read does not
-	// replace it (near the deadline the client's own rate limiter fails
-	// reads, which says nothing about the resize), unless nothing was
-	// observed at all.
-	last := Verdict{Message: "not observed yet"}
-	observed := false
-	reported := ""
-	report := func(message string) {
-		if message != reported && opts.Progress != nil {
-			opts.Progress(message)
-		}
-		reported = message
-	}
-	var fatal error
-	err := apiwait.PollUntilContextTimeout(ctx, opts.Interval, opts.Timeout, true, func(ctx context.Context) (bool, error) {
-		sts, err := getter.GetStatefulSet(ctx, namespace, name)
-		var v Verdict
-		switch {
-		case apierrors.IsNotFound(err):
-			v = Verdict{Message: fmt.Sprintf("StatefulSet %s/%s not found", namespace, name)}
-		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
-			fatal = err
-			return true, nil
-		case err != nil:
-			if ctx.Err() != nil {
-				return false, ctx.Err()
-			}
-			message := fmt.Sprintf("reading StatefulSet %s/%s: %v", namespace, name, err)
-			report(message)
-			if !observed {
-				last = Verdict{Message: message}
-			}
-			return false, nil
-		default:
-			v = Evaluate(sts)
-			observed = true
-		}
-		if !v.Done {
-			report(v.Message)
-		}
-		last = v
-		return v.Done, nil
-	})
+	w := &waiter{getter: getter, namespace: namespace, name: name, progress: opts.Progress,
+		last: Verdict{Message: "not observed yet"}}
+	err := apiwait.PollUntilContextTimeout(ctx, opts.Interval, opts.Timeout, true, w.poll)
 	switch {
-	case fatal != nil:
-		return Verdict{Done: true, Outcome: Failed, Message: fmt.Sprintf("reading StatefulSet %s/%s: %v", namespace, name, fatal)}
+	case w.fatal != nil:
+		return Verdict{Done: true, Outcome: Failed, Message: fmt.Sprintf("reading StatefulSet %s/%s: %v", namespace, name, w.fatal)}
 	case err == nil:
-		return last
+		return w.last
 	case ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded):
-		return Verdict{Done: true, Outcome: Failed, Message: fmt.Sprintf("interrupted: %v (last state: %s)", context.Cause(ctx), last.Message)}
+		return Verdict{Done: true, Outcome: Failed, Message: fmt.Sprintf("interrupted: %v (last state: %s)", context.Cause(ctx), w.last.Message)}
 	case apiwait.Interrupted(err):
-		return Verdict{Done: true, Outcome: TimedOut, Message: fmt.Sprintf("timed out after %s: %s", opts.Timeout, last.Message)}
+		return Verdict{Done: true, Outcome: TimedOut, Message: fmt.Sprintf("timed out after %s: %s", opts.Timeout, w.last.Message)}
 	}
 	return Verdict{Done: true, Outcome: Failed, Message: err.Error()}
+}
+
+// waiter is the state of one Wait between polls.
+type waiter struct {
+	getter          Getter
+	namespace, name string
+	progress        func(message string)
+
+	// last is the last observation of the StatefulSet; a failed read does
+	// not replace it (near the deadline the client's own rate limiter fails
+	// reads, which says nothing about the resize), unless nothing was
+	// observed at all.
+	last     Verdict
+	observed bool
+	// reported is the last progress message, told once.
+	reported string
+	// fatal is an error a retry cannot fix; it ends the wait.
+	fatal error
+}
+
+func (w *waiter) report(message string) {
+	if message != w.reported && w.progress != nil {
+		w.progress(message)
+	}
+	w.reported = message
+}
+
+// poll reads the StatefulSet once; it is the condition of the poll loop.
+func (w *waiter) poll(ctx context.Context) (bool, error) {
+	sts, err := w.getter.GetStatefulSet(ctx, w.namespace, w.name)
+	var v Verdict
+	switch {
+	case apierrors.IsNotFound(err):
+		v = Verdict{Message: fmt.Sprintf("StatefulSet %s/%s not found", w.namespace, w.name)}
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		w.fatal = err
+		return true, nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		message := fmt.Sprintf("reading StatefulSet %s/%s: %v", w.namespace, w.name, err)
+		w.report(message)
+		if !w.observed {
+			w.last = Verdict{Message: message}
+		}
+		return false, nil
+	default:
+		v = Evaluate(sts)
+		w.observed = true
+	}
+	if !v.Done {
+		w.report(v.Message)
+	}
+	w.last = v
+	return v.Done, nil
 }
 
 // ParseTarget parses the NAMESPACE/NAME argument.

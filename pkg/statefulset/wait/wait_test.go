@@ -13,9 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/fakeapi"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
@@ -174,12 +174,11 @@ func TestWaitInterrupted(t *testing.T) {
 	}
 }
 
-// Against the fake API server with a real clientset: the controller (played
-// by the test) writes the status annotation while wait polls.
+// Through a clientset (client-go's fake): the controller (played by the
+// test) writes the status annotation while wait polls.
 func TestWaitWithClientset(t *testing.T) {
-	api := fakeapi.New(t, sts(1, &status.VolumeClaimTemplates{ObservedGeneration: 1,
+	client := fake.NewClientset(sts(1, &status.VolumeClaimTemplates{ObservedGeneration: 1,
 		Templates: []status.Template{{TemplateName: "data", ReadyReplicas: 2}}}, "data"))
-	client := api.Clientset(t)
 	var once sync.Once
 	v := Wait(context.Background(), ClientGetter{Client: client}, "ns", "web", Options{Timeout: 20 * time.Second, Interval: time.Millisecond,
 		Progress: func(string) {
