@@ -44,15 +44,20 @@ func infeasibleConfigs() [][2]time.Duration {
 }
 
 func BenchmarkInfeasible(b *testing.B) {
-	bin := binaries(b)[0]
+	bins := []binary{binaries(b)[0]}
+	if up, ok := upstreamBinary(b); ok {
+		bins = append(bins, up)
+	}
 	for _, cfg := range infeasibleConfigs() {
-		b.Run(fmt.Sprintf("retry-max=%v/window=%v", cfg[0], cfg[1]), func(b *testing.B) {
-			r := runInfeasible(b, bin, cfg[0], cfg[1])
-			report.addInfeasible(r)
-			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(float64(r.Calls), "driver-calls")
-			b.ReportMetric(float64(r.Target), "target-calls")
-		})
+		for _, bin := range bins {
+			b.Run(fmt.Sprintf("%s/retry-max=%v/window=%v", bin.Label, cfg[0], cfg[1]), func(b *testing.B) {
+				r := runInfeasible(b, bin, cfg[0], cfg[1])
+				report.addInfeasible(r)
+				b.ReportMetric(0, "ns/op")
+				b.ReportMetric(float64(r.Calls), "driver-calls")
+				b.ReportMetric(float64(r.Target), "target-calls")
+			})
+		}
 	}
 }
 
@@ -65,7 +70,7 @@ func runInfeasible(b *testing.B, bin binary, retryMax, window time.Duration) Inf
 		}},
 	}})
 	e.NewClaim(b, "data", "1Gi")
-	p, _ := startResizer(b, e, bin, e.Driver, "--retry-interval-max="+retryMax.String())
+	p, _ := startResizer(b, e, bin, e.Driver, 1, "--retry-interval-max="+retryMax.String())
 	before := scrapeAPIServer(b, e.Ctx, e.Cluster)
 
 	t0 := time.Now()
