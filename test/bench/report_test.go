@@ -200,7 +200,7 @@ func (s *summaryRows) add(metric string, up, ours *float64, f func(float64) stri
 	if ours != nil {
 		t.Ours = f(*ours)
 	}
-	if up != nil && ours != nil && *up != 0 {
+	if up != nil && ours != nil && *up > 0 && *ours >= 0 {
 		t.Ratio = fmt.Sprintf("%.2f×", *ours / *up)
 	}
 	s.out = append(s.out, t)
@@ -245,6 +245,8 @@ func (r *results) summary() []Target {
 			calls := func(t InfeasibleRun) float64 { return float64(t.Calls) }
 			s.add(fmt.Sprintf("Infeasible PVC: driver calls in %.0f s at --retry-interval-max %.0fs", t.WindowSeconds, t.RetryIntervalMax),
 				field(p.up, calls), field(p.ours, calls), fmtF("%.0f"), fmt.Sprintf("≤ %d", t.Target), yes(t.Calls <= t.Target))
+			s.add(fmt.Sprintf("… then the request lowered to %s: recovered (capacity %s) after", recoverySize, recoverySize),
+				field(p.up, recovered), field(p.ours, recovered), fmtRecovery, "recovers", yes(t.RecoverySeconds >= 0))
 		}
 	}
 	var mem []MemoryRun
@@ -294,6 +296,15 @@ func (s *summaryRows) throughputRows(tp []ThroughputRun) {
 			s.add(fmt.Sprintf("%d PVCs, --kube-api-qps 50 --kube-api-burst 100: resizes/s", t.PVCs), field(p.up, rate), field(p.ours, rate), fmtF("%.1f/s"), "— (report)", "—")
 		}
 	}
+}
+
+func recovered(t InfeasibleRun) float64 { return t.RecoverySeconds }
+
+func fmtRecovery(v float64) string {
+	if v < 0 {
+		return "not recovered"
+	}
+	return fmt.Sprintf("%.1f s", v)
 }
 
 func allDone(t ThroughputRun) float64    { return t.AllDoneSeconds }
@@ -376,6 +387,13 @@ func (s *summaryRows) statefulSetRows(sts stsSection) {
 				float64(c.Writes)/n, float64(c.Reads)/n, float64(c.Events)/n),
 		})
 	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(empty)"
+	}
+	return strings.ReplaceAll(s, "|", "\\|")
 }
 
 func firstGap(g []float64) string {
@@ -490,10 +508,16 @@ func (r *results) markdown() string {
 	if _, ok := r.sectionRuns("infeasible", &inf); ok {
 		b.WriteString("\n### Infeasible PVC\n\n")
 		b.WriteString("One PVC asks for 100Gi; the mock driver answers every ControllerExpandVolume with OUT_OF_RANGE. Calls are counted from the driver's calls log over the window that starts at the request change (`--retry-interval-start` 1s, the default).\n\n")
-		b.WriteString("| binary | --retry-interval-max | window | calls | target | call times (s after the change) | gaps (s) | other CSI calls | PVC status writes | event writes |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("After the window the request is lowered to " + recoverySize + " (above the capacity, below the infeasible size): \"recovery\" is the time until the capacity is " + recoverySize + ".\n\n")
+		b.WriteString("| binary | --retry-interval-max | window | calls | target | call times (s after the change) | gaps (s) | other CSI calls | PVC status writes | event writes | state | condition reason: message | recovery |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, t := range inf {
-			fmt.Fprintf(&b, "| %s | %.0fs | %.0f s | %d | ≤ %d | %v | %v | %d | %d | %d |\n", t.Binary, t.RetryIntervalMax, t.WindowSeconds, t.Calls, t.Target,
-				t.CallOffsets, t.GapsSeconds, t.OtherCSICalls, t.Requests.PVCStatusWrites, t.Requests.EventWrites)
+			recovery := "not within the timeout"
+			if t.RecoverySeconds >= 0 {
+				recovery = fmt.Sprintf("%.1f s", t.RecoverySeconds)
+			}
+			fmt.Fprintf(&b, "| %s | %.0fs | %.0f s | %d | ≤ %d | %v | %v | %d | %d | %d | %s | %s: %s | %s |\n", t.Binary, t.RetryIntervalMax, t.WindowSeconds, t.Calls, t.Target,
+				t.CallOffsets, t.GapsSeconds, t.OtherCSICalls, t.Requests.PVCStatusWrites, t.Requests.EventWrites,
+				t.State, orNone(t.ConditionReason), orNone(t.ConditionMessage), recovery)
 		}
 	}
 
