@@ -347,8 +347,14 @@ func (s *summaryRows) memoryRows(mem []MemoryRun) {
 			metric = fmt.Sprintf(metric, m.Pairs, m.Pods)
 		}
 		target, met := "—", "—"
-		if (st == stagePods || st == stagePodsActive) && p.up != nil {
-			target, met = "≤ 0.5× upstream", yes(m.RSSBytes*2 <= p.up.RSSBytes)
+		if st == stagePods || st == stagePodsActive {
+			target = "≤ 0.5× upstream"
+			switch {
+			case m.Pairs != 10000:
+				met = "— (target is for 10k)"
+			case p.up != nil:
+				met = yes(m.RSSBytes*2 <= p.up.RSSBytes)
+			}
 		}
 		s.add(metric, field(p.up, rss), field(p.ours, rss), fmtF("%.1f MiB"), target, met)
 		if m.SteadyRSSBytes > 0 {
