@@ -14,6 +14,9 @@ IMAGE ?= csi-resizer:$(VERSION)
 # the mock (test-e2e-hostpath). CI has it next to the clone; a clone without it skips those runs,
 # except under CI=true, where a missing driver fails them.
 HOSTPATH_PLUGIN ?= ../shared/anchors/hostpathplugin
+# Upstream external-resizer's binary, measured next to csi-resizer by bench and bench-smoke
+# (empty: csi-resizer alone). Default: the anchor binary next to the checkout, when present.
+UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspath ../shared/anchors/external-resizer))
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
@@ -90,14 +93,16 @@ endif
 demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery
 	bash hack/demo.sh
 
-bench: ## benchmarks on the real control plane (not part of CI pass/fail); writes a table and JSON
+bench: ## benchmarks on the real control plane, side by side with UPSTREAM_RESIZER when set (not part of CI pass/fail); writes a table and JSON
 	bash hack/build-k8s-bins.sh >/dev/null
-	$(GO) test -tags integration -count=1 -timeout 60m -run '^$$' -bench . -benchtime 1x ./test/bench/... $(BENCHFLAGS)
+	@echo "upstream external-resizer: $(or $(UPSTREAM_RESIZER),not measured (UPSTREAM_RESIZER unset and ../shared/anchors/external-resizer absent))"
+	UPSTREAM_RESIZER="$(UPSTREAM_RESIZER)" $(GO) test -tags integration -count=1 -timeout 90m -run '^$$' -bench . -benchtime 1x ./test/bench/... $(BENCHFLAGS)
 
-bench-smoke: ## a small run of every benchmark, so they cannot rot
+bench-smoke: ## a small run of every benchmark (upstream's side too when UPSTREAM_RESIZER is set), so they cannot rot
 	$(GO) test ./pkg/resize -run '^$$' -bench . -benchtime 100x
 	bash hack/build-k8s-bins.sh >/dev/null
-	BENCH_SMOKE=1 $(GO) test -tags integration -count=1 -timeout 20m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+	@echo "upstream external-resizer: $(or $(UPSTREAM_RESIZER),not measured (UPSTREAM_RESIZER unset and ../shared/anchors/external-resizer absent))"
+	BENCH_SMOKE=1 UPSTREAM_RESIZER="$(UPSTREAM_RESIZER)" $(GO) test -tags integration -count=1 -timeout 30m -run '^$$' -bench . -benchtime 1x ./test/bench/...
 
 manifests-render: ## kustomize-render and check every deploy/ base, without a cluster
 	bash hack/manifests-check.sh

@@ -39,6 +39,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/controller"
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/prioritylimit"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
@@ -124,9 +125,9 @@ func run(ctx context.Context, opts *Options, version string) error {
 	config.QPS = float32(opts.Common.KubeAPIQPS)
 	config.Burst = opts.Common.KubeAPIBurst
 	config = rest.AddUserAgent(config, "csi-resizer")
-	client, err := kubernetes.NewForConfig(config)
+	client, events, err := newClients(config)
 	if err != nil {
-		return fmt.Errorf("creating the Kubernetes client: %w", err)
+		return err
 	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(client, opts.ResyncPeriod, informers.WithTransform(slimObject))
@@ -134,7 +135,7 @@ func run(ctx context.Context, opts *Options, version string) error {
 	pvs := factory.Core().V1().PersistentVolumes()
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "external-resizer " + driver.Name})
 
@@ -177,6 +178,29 @@ func run(ctx context.Context, opts *Options, version string) error {
 		factory.Start(ctx.Done())
 		return ctrl.Run(ctx, opts.Workers)
 	})
+}
+
+// newClients returns the clientset of every request but events, and the events' client. Both
+// take tokens from one bucket of --kube-api-qps/--kube-api-burst, the events only when no other
+// request waits (package prioritylimit), so events never delay a resize and the sidecar's total
+// rate stays the one the user set. The leader election builds its own client from config.
+func newClients(config *rest.Config) (kubernetes.Interface, typedcorev1.CoreV1Interface, error) {
+	hc, err := rest.HTTPClientFor(config)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the Kubernetes HTTP client: %w", err)
+	}
+	limiter := prioritylimit.New(config.QPS, config.Burst)
+	mainConfig, eventsConfig := rest.CopyConfig(config), rest.CopyConfig(config)
+	mainConfig.RateLimiter, eventsConfig.RateLimiter = limiter.View(prioritylimit.High), limiter.View(prioritylimit.Low)
+	client, err := kubernetes.NewForConfigAndClient(mainConfig, hc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	eventClient, err := typedcorev1.NewForConfigAndClient(eventsConfig, hc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the Kubernetes events client: %w", err)
+	}
+	return client, eventClient, nil
 }
 
 // slimObject is the informers' transform: of each PVC and PV it keeps only what the resizer

@@ -27,10 +27,14 @@ const syncedMarker = "Starting workers"
 // debug logging of every sync would be part of what is measured.
 const resizerLogLevel = "-v=2"
 
+// upstreamStartedMarker is what upstream external-resizer logs when its controller starts,
+// before it waits for its caches.
+const upstreamStartedMarker = "Starting external resizer"
+
 // startResizer runs bin against driver with the benchmark's defaults and args, waits until it
-// serves metrics and its caches have synced, and returns the process and how long the start
-// took (process start to synced).
-func startResizer(tb testing.TB, e *scenario.Env, bin binary, driver *framework.Driver, args ...string) (*framework.Process, time.Duration) {
+// serves metrics and its caches have synced with the pvcs PVCs present, and returns the process
+// and how long the start took (process start to synced).
+func startResizer(tb testing.TB, e *scenario.Env, bin binary, driver *framework.Driver, pvcs int, args ...string) (*framework.Process, time.Duration) {
 	tb.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", framework.FreePort(tb))
 	all := append([]string{
@@ -50,7 +54,16 @@ func startResizer(tb testing.TB, e *scenario.Env, bin binary, driver *framework.
 		if exited, err := p.Exited(); exited {
 			tb.Fatalf("%s exited: %v\n%s", bin.Label, err, p.LogTail(40))
 		}
-		return p.LogContains(syncedMarker), fmt.Sprintf("%s has not logged %q; log tail:\n%s", bin.Label, syncedMarker, p.LogTail(10))
+		if !bin.Upstream {
+			return p.LogContains(syncedMarker), fmt.Sprintf("%s has not logged %q; log tail:\n%s", bin.Label, syncedMarker, p.LogTail(10))
+		}
+		// Upstream logs nothing once synced; its informer queues every PVC it lists, so its
+		// resize queue has had one add per PVC by then.
+		queue := resizeQueue(bin, driver)[0]
+		adds := resizerMetric(tb, p, "workqueue_adds_total", queue)
+		return p.LogContains(upstreamStartedMarker) && adds >= float64(pvcs),
+			fmt.Sprintf("%s: logged %q: %v, %v of %d PVCs queued (workqueue_adds_total{%s}); log tail:\n%s",
+				bin.Label, upstreamStartedMarker, p.LogContains(upstreamStartedMarker), adds, pvcs, queue, p.LogTail(10))
 	})
 	return p, time.Since(start)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/csi-resizer/csi-resizer/test/framework"
@@ -32,7 +33,23 @@ type InfeasibleRun struct {
 	GapsSeconds []float64 `json:"gapsSeconds"`
 	// API writes in the window.
 	Requests Requests `json:"requests"`
+	// What the PVC shows at the end of the window: allocatedResourceStatuses[storage] and the
+	// ControllerResizeError condition's reason and message.
+	State            string `json:"state"`
+	ConditionReason  string `json:"conditionReason"`
+	ConditionMessage string `json:"conditionMessage"`
+	// RecoverySeconds: after the window the request is lowered to recoverySize (KEP-1790
+	// recovery: above the capacity, below the infeasible size); the time until the PVC's
+	// capacity is that size, or -1 when it was not within recoveryTimeout.
+	RecoverySeconds float64 `json:"recoverySeconds"`
+	RecoveredTo     string  `json:"recoveredTo"`
 }
+
+// recoverySize is what the request is lowered to after the infeasible window.
+const recoverySize = "3Gi"
+
+// recoveryTimeout bounds the wait for the recovery: one slow retry plus slack.
+func recoveryTimeout(retryMax time.Duration) time.Duration { return retryMax + time.Minute }
 
 // infeasibleConfigs: (retry-interval-max, window). The second is upstream's measured setting.
 func infeasibleConfigs() [][2]time.Duration {
@@ -44,15 +61,20 @@ func infeasibleConfigs() [][2]time.Duration {
 }
 
 func BenchmarkInfeasible(b *testing.B) {
-	bin := binaries(b)[0]
+	bins := []binary{binaries(b)[0]}
+	if up, ok := upstreamBinary(b); ok {
+		bins = append(bins, up)
+	}
 	for _, cfg := range infeasibleConfigs() {
-		b.Run(fmt.Sprintf("retry-max=%v/window=%v", cfg[0], cfg[1]), func(b *testing.B) {
-			r := runInfeasible(b, bin, cfg[0], cfg[1])
-			report.addInfeasible(r)
-			b.ReportMetric(0, "ns/op")
-			b.ReportMetric(float64(r.Calls), "driver-calls")
-			b.ReportMetric(float64(r.Target), "target-calls")
-		})
+		for _, bin := range bins {
+			b.Run(fmt.Sprintf("%s/retry-max=%v/window=%v", bin.Label, cfg[0], cfg[1]), func(b *testing.B) {
+				r := runInfeasible(b, bin, cfg[0], cfg[1])
+				report.addInfeasible(r)
+				b.ReportMetric(0, "ns/op")
+				b.ReportMetric(float64(r.Calls), "driver-calls")
+				b.ReportMetric(float64(r.Target), "target-calls")
+			})
+		}
 	}
 }
 
@@ -65,7 +87,7 @@ func runInfeasible(b *testing.B, bin binary, retryMax, window time.Duration) Inf
 		}},
 	}})
 	e.NewClaim(b, "data", "1Gi")
-	p, _ := startResizer(b, e, bin, e.Driver, "--retry-interval-max="+retryMax.String())
+	p, _ := startResizer(b, e, bin, e.Driver, 1, "--retry-interval-max="+retryMax.String())
 	before := scrapeAPIServer(b, e.Ctx, e.Cluster)
 
 	t0 := time.Now()
@@ -97,10 +119,40 @@ func runInfeasible(b *testing.B, bin binary, retryMax, window time.Duration) Inf
 	}
 	own := map[apiKey]int{{Verb: "PATCH", Resource: "persistentvolumeclaims"}: 1}
 	r.Requests = classify(after.minus(before), own)
-	b.Logf("%s: %d ControllerExpandVolume calls in %v at --retry-interval-max %v (target <= %d); at %v s, gaps %v s; %d other CSI calls; API: %d PVC status writes, %d events",
-		bin.Label, r.Calls, window, retryMax, r.Target, r.CallOffsets, r.GapsSeconds, r.OtherCSICalls, r.Requests.PVCStatusWrites, r.Requests.EventWrites)
+	r.State, r.ConditionReason, r.ConditionMessage = infeasibleState(e.PVC(b, "data"))
+	r.RecoveredTo, r.RecoverySeconds = recoverySize, recoverClaim(b, e, retryMax)
+	b.Logf("%s: %d ControllerExpandVolume calls in %v at --retry-interval-max %v (target <= %d); at %v s, gaps %v s; %d other CSI calls; API: %d PVC status writes, %d events; state %s, condition reason %q message %q; recovered to %s in %.1fs",
+		bin.Label, r.Calls, window, retryMax, r.Target, r.CallOffsets, r.GapsSeconds, r.OtherCSICalls, r.Requests.PVCStatusWrites, r.Requests.EventWrites,
+		r.State, r.ConditionReason, r.ConditionMessage, r.RecoveredTo, r.RecoverySeconds)
 	if err := p.Stop(); err != nil {
 		b.Logf("stopping the resizer: %v", err)
 	}
 	return r
+}
+
+// infeasibleState is the PVC's resize state and its ControllerResizeError condition.
+func infeasibleState(pvc *v1.PersistentVolumeClaim) (state, reason, message string) {
+	state = string(pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage])
+	for _, c := range pvc.Status.Conditions {
+		if c.Type == v1.PersistentVolumeClaimControllerResizeError {
+			reason, message = c.Reason, c.Message
+		}
+	}
+	return state, reason, message
+}
+
+// recoverClaim lowers the request of the infeasible PVC to recoverySize and returns the seconds
+// until its capacity is that size, -1 if it was not within recoveryTimeout.
+func recoverClaim(b *testing.B, e *scenario.Env, retryMax time.Duration) float64 {
+	want := resource.MustParse(recoverySize)
+	t0 := time.Now()
+	e.SetRequest(b, "data", recoverySize)
+	done := pollUntil(recoveryTimeout(retryMax), 100*time.Millisecond, func() bool {
+		c := e.PVC(b, "data").Status.Capacity[v1.ResourceStorage]
+		return c.Cmp(want) == 0
+	})
+	if !done {
+		return -1
+	}
+	return seconds(time.Since(t0))
 }

@@ -27,6 +27,12 @@
 //	                                        (test/bench/pprofresizer), and their top in the report
 //	-settle-steady       BENCH_STEADY       also measure RSS after the Go runtime's periodic
 //	                                        GC and scavenger (~2.5 min per memory run)
+//	-upstream PATH       UPSTREAM_RESIZER   upstream external-resizer's binary: measured next
+//	                                        to csi-resizer in the same run, with the same
+//	                                        flags, objects and driver, in the throughput,
+//	                                        infeasible and memory benchmarks ("" = not at all;
+//	                                        `make bench` passes ../shared/anchors/external-resizer
+//	                                        when it exists)
 package bench
 
 import (
@@ -52,7 +58,11 @@ var (
 	flagMemReps    = flag.Int("mem-reps", 0, "processes per binary and stage in the memory runs, the median is reported (env BENCH_MEM_REPS; default 3, smoke 1)")
 	flagPprof      = flag.String("pprof", "", "directory for heap profiles of the memory runs, taken from a pprof-enabled build of the same code (env BENCH_PPROF; default none)")
 	flagSteady     = flag.Bool("settle-steady", false, "also measure steady-state RSS after the runtime's forced GC (env BENCH_STEADY=1; default on outside smoke)")
+	flagUpstream   = flag.String("upstream", "", "upstream external-resizer binary to measure side by side (env UPSTREAM_RESIZER; default none)")
 )
+
+// upstreamLabel is the label of upstream external-resizer's binary in the report.
+const upstreamLabel = "upstream"
 
 // smoke is BENCH_SMOKE=1: every benchmark runs with a few objects, so they cannot rot.
 var smoke = os.Getenv("BENCH_SMOKE") == "1"
@@ -113,6 +123,29 @@ type binary struct {
 	Path  string
 	// Env is added to the process's environment.
 	Env []string
+	// Upstream: upstream external-resizer, which logs no line once its caches have synced
+	// (startResizer watches its work queue instead).
+	Upstream bool
+}
+
+// upstreamBinary is -upstream / UPSTREAM_RESIZER, if set.
+func upstreamBinary(tb testing.TB) (binary, bool) {
+	tb.Helper()
+	path := *flagUpstream
+	if path == "" {
+		path = os.Getenv("UPSTREAM_RESIZER")
+	}
+	if path == "" {
+		return binary{}, false
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		tb.Fatalf("-upstream %s: %v", path, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		tb.Fatalf("-upstream / UPSTREAM_RESIZER: %v (unset it to measure csi-resizer alone)", err)
+	}
+	return binary{Label: upstreamLabel, Path: abs, Upstream: true}, true
 }
 
 // releaseBuild is the working tree's csi-resizer built as `make build` and the image build it:
@@ -143,8 +176,8 @@ func buildRelease() (string, error) {
 	return path, nil
 }
 
-// binaries returns the working tree's csi-resizer (release build, see releaseBuild) and the
-// -compare ones.
+// binaries returns the working tree's csi-resizer (release build, see releaseBuild), upstream's
+// (-upstream) and the -compare ones.
 func binaries(tb testing.TB) []binary {
 	tb.Helper()
 	return binariesFrom(tb, *flagCompare, "BENCH_COMPARE")
@@ -157,6 +190,9 @@ func binariesFrom(tb testing.TB, spec, env string) []binary {
 		tb.Fatalf("building csi-resizer: %v", releaseBuild.err)
 	}
 	out := []binary{{Label: "csi-resizer", Path: releaseBuild.path}}
+	if up, ok := upstreamBinary(tb); ok {
+		out = append(out, up)
+	}
 	if spec == "" {
 		spec = os.Getenv(env)
 	}

@@ -156,7 +156,7 @@ func measureMemory(b *testing.B, e *scenario.Env, bins []binary, prof *binary, d
 		for i, bin := range round {
 			// Started one after the other (startResizer may Fatal, which must happen on this
 			// goroutine), then measured in parallel.
-			p, took := startResizer(b, e, bin, driver)
+			p, took := startResizer(b, e, bin, driver, pairs)
 			procs[i], got[i].sync = p, took
 		}
 		synced := time.Now()
@@ -176,7 +176,8 @@ func measureMemory(b *testing.B, e *scenario.Env, bins []binary, prof *binary, d
 		}
 		wg.Wait()
 		for i, p := range procs {
-			got[i].podInformer = p.LogContains("Started the pod informer")
+			// Upstream registers its pod informer at start unless --handle-volume-inuse-error=false.
+			got[i].podInformer = p.LogContains("Started the pod informer") || p.LogContains("Register Pod informer")
 			got[i].heap = int64(resizerMetric(b, p, "go_memstats_heap_inuse_bytes"))
 			if round[i].Label == pprofLabel {
 				report.addProfile(heapProfile(b, round[i], stage))

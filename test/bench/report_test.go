@@ -19,17 +19,6 @@ import (
 	"github.com/csi-resizer/csi-resizer/test/framework"
 )
 
-// Upstream external-resizer's costs as measured with this harness's method on a machine of
-// this kind (docs/design.md §2.6); the targets are relative to them.
-const (
-	upstreamAllDone200   = 130.0 // s, 200 PVCs, default flags
-	upstreamEventsDone   = 199.0 // s
-	upstreamQPS50Rate    = 17.8  // resizes/s at --kube-api-qps 50
-	upstreamRSSIdle      = 52.0  // MiB
-	upstreamRSSPairs     = 172.0 // MiB, 10k PVC/PV pairs
-	upstreamRSSPairsPods = 252.0 // MiB, 10k pairs + 10k pods
-)
-
 // Meta says when and where a section was measured.
 type Meta struct {
 	Date         string `json:"date"`
@@ -57,12 +46,14 @@ type Section struct {
 	Runs json.RawMessage `json:"runs"`
 }
 
-// Target is one row of the summary table.
+// Target is one row of the summary table: csi-resizer's figure next to upstream's from the
+// same run (when -upstream was given), their ratio, and the project's target.
 type Target struct {
 	Metric   string `json:"metric"`
 	Upstream string `json:"upstream"`
-	Target   string `json:"target"`
 	Ours     string `json:"ours"`
+	Ratio    string `json:"ratio"` // csi-resizer / upstream
+	Target   string `json:"target"`
 	Met      string `json:"met"` // "yes", "NO", or "—" (no target / not comparable)
 }
 
@@ -166,134 +157,249 @@ func (r *results) sectionRuns(name string, into any) (Meta, bool) {
 
 const primary = "csi-resizer"
 
-func (r *results) summary() []Target {
-	var out []Target
-	add := func(metric, upstream, target, ours, met string) {
-		out = append(out, Target{Metric: metric, Upstream: upstream, Target: target, Ours: ours, Met: met})
-	}
-	yes := func(ok bool) string {
-		if ok {
-			return "yes"
-		}
-		return "NO"
-	}
+// floorTolerance: the default-flags time may exceed the writes' floor (3 × N / QPS) by 3 %.
+const floorTolerance = 1.03
 
+// pair is csi-resizer's run and upstream's of the same configuration, when measured.
+type sidePair[T any] struct {
+	ours, up *T
+}
+
+func byBinary[T any](runs []T, binaryOf func(T) string, keyOf func(T) string) (keys []string, out map[string]*sidePair[T]) {
+	out = map[string]*sidePair[T]{}
+	for i := range runs {
+		r := &runs[i]
+		bin, key := binaryOf(*r), keyOf(*r)
+		if bin != primary && bin != upstreamLabel {
+			continue
+		}
+		p := out[key]
+		if p == nil {
+			p = &sidePair[T]{}
+			out[key] = p
+			keys = append(keys, key)
+		}
+		if bin == primary {
+			p.ours = r
+		} else {
+			p.up = r
+		}
+	}
+	return keys, out
+}
+
+// summaryRows collects the summary table.
+type summaryRows struct{ out []Target }
+
+// add appends a row; up and ours are the numbers (nil when not measured), f formats one side.
+func (s *summaryRows) add(metric string, up, ours *float64, f func(float64) string, target, met string) {
+	t := Target{Metric: metric, Upstream: "not measured", Ours: "not measured", Ratio: "—", Target: target, Met: met}
+	if up != nil {
+		t.Upstream = f(*up)
+	}
+	if ours != nil {
+		t.Ours = f(*ours)
+	}
+	if up != nil && ours != nil && *up > 0 && *ours >= 0 {
+		t.Ratio = fmt.Sprintf("%.2f×", *ours / *up)
+	}
+	s.out = append(s.out, t)
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "NO"
+}
+
+// field returns a pointer to f(run), or nil for a run that was not measured.
+func field[T any](r *T, f func(T) float64) *float64 {
+	if r == nil {
+		return nil
+	}
+	v := f(*r)
+	return &v
+}
+
+func fmtF(format string) func(float64) string {
+	return func(v float64) string { return fmt.Sprintf(format, v) }
+}
+
+func (r *results) summary() []Target {
+	s := &summaryRows{}
 	var tp []ThroughputRun
 	if _, ok := r.sectionRuns("throughput", &tp); ok {
-		for _, t := range tp {
-			if t.Binary != primary {
-				continue
-			}
-			switch t.Config {
-			case "default-flags":
-				met := "— (target is for 200 PVCs)"
-				if t.PVCs == 200 {
-					met = yes(t.AllDoneSeconds <= 0.8*upstreamAllDone200)
-				}
-				add(fmt.Sprintf("%d PVCs +1Gi at once, default flags (qps 5): all done", t.PVCs), fmt.Sprintf("%.0f s", upstreamAllDone200),
-					fmt.Sprintf("≤ %.0f s (0.8×)", 0.8*upstreamAllDone200), fmt.Sprintf("%.1f s (%.2f/s)", t.AllDoneSeconds, t.ResizesPerSecond), met)
-				add("… until the last event is written", fmt.Sprintf("%.0f s", upstreamEventsDone), "—", fmt.Sprintf("%.1f s", t.EventsDoneSeconds), "—")
-				add("API writes per resize (non-event + event)", "5 (3 + 2)", "4 (3 + 1)",
-					fmt.Sprintf("%.2f (%.2f + %.2f)", t.NonEventWritesPerResize+t.EventWritesPerResize, t.NonEventWritesPerResize, t.EventWritesPerResize),
-					yes(t.NonEventWritesPerResize <= 3.005 && t.EventWritesPerResize <= 1.005))
-				add("… of which PVC status / PV / other", "2 / 1 / 0", "2 / 1 / 0",
-					fmt.Sprintf("%.2f / %.2f / %.2f", t.PVCStatusPerResize, t.PVPerResize, t.OtherWritesPerResize),
-					yes(t.PVCStatusPerResize <= 2.005 && t.PVPerResize <= 1.005 && t.OtherWritesPerResize < 0.005))
-				add("API reads per resize", "—", "0", fmt.Sprintf("%.2f", t.ReadsPerResize), yes(t.ReadsPerResize < 0.005))
-				add("CSI calls per expansion attempt", "2", "1", fmt.Sprintf("%.2f", t.CSICallsPerAttempt), yes(t.CSICallsPerAttempt > 0 && t.CSICallsPerAttempt <= 1.005))
-				add("Work-queue adds per resize", "~5", "1 (own writes not re-processed)", fmt.Sprintf("%.2f", t.WorkqueueAddsPerResize), yes(t.WorkqueueAddsPerResize <= 1.005))
-			case "qps50-burst100":
-				add(fmt.Sprintf("%d PVCs, --kube-api-qps 50 --kube-api-burst 100", t.PVCs), fmt.Sprintf("%.1f resizes/s", upstreamQPS50Rate), "— (report)",
-					fmt.Sprintf("%.1f resizes/s (all done %.1f s)", t.ResizesPerSecond, t.AllDoneSeconds), "—")
-			}
-		}
+		s.throughputRows(tp)
 	}
-
 	var inf []InfeasibleRun
 	if _, ok := r.sectionRuns("infeasible", &inf); ok {
-		for _, t := range inf {
-			if t.Binary != primary {
+		keys, runs := byBinary(inf, func(t InfeasibleRun) string { return t.Binary },
+			func(t InfeasibleRun) string { return fmt.Sprintf("%v/%v", t.RetryIntervalMax, t.WindowSeconds) })
+		for _, k := range keys {
+			p := runs[k]
+			if p.ours == nil {
 				continue
 			}
-			up := "—"
-			if t.RetryIntervalMax == 30 && t.WindowSeconds == 180 {
-				up = "9-10"
-			}
-			add(fmt.Sprintf("Infeasible PVC: driver calls in %.0f s at --retry-interval-max %.0fs", t.WindowSeconds, t.RetryIntervalMax), up,
-				fmt.Sprintf("≤ %d", t.Target), fmt.Sprintf("%d (first gap %s s)", t.Calls, firstGap(t.GapsSeconds)), yes(t.Calls <= t.Target))
+			t := *p.ours
+			calls := func(t InfeasibleRun) float64 { return float64(t.Calls) }
+			s.add(fmt.Sprintf("Infeasible PVC: driver calls in %.0f s at --retry-interval-max %.0fs", t.WindowSeconds, t.RetryIntervalMax),
+				field(p.up, calls), field(p.ours, calls), fmtF("%.0f"), fmt.Sprintf("≤ %d", t.Target), yes(t.Calls <= t.Target))
+			s.add(fmt.Sprintf("… then the request lowered to %s: recovered (capacity %s) after", recoverySize, recoverySize),
+				field(p.up, recovered), field(p.ours, recovered), fmtRecovery, "recovers", yes(t.RecoverySeconds >= 0))
 		}
 	}
-
 	var mem []MemoryRun
 	if _, ok := r.sectionRuns("memory", &mem); ok {
-		byStage := map[string]MemoryRun{}
-		for _, m := range mem {
-			if m.Binary == primary {
-				byStage[m.Stage] = m
-			}
-		}
-		full := func(m MemoryRun) bool { return m.Pairs == 10000 }
-		if m, ok := byStage[stageIdle]; ok {
-			add("RSS idle", fmt.Sprintf("%.0f MiB", upstreamRSSIdle), "—", rssText(m), "—")
-		}
-		if m, ok := byStage[stagePairs]; ok {
-			add(fmt.Sprintf("RSS with %d PVC/PV pairs", m.Pairs), fmt.Sprintf("%.0f MiB (10k)", upstreamRSSPairs), "—", rssText(m), "—")
-		}
-		for _, st := range []string{stagePodsActive, stagePods} {
-			m, ok := byStage[st]
-			if !ok {
-				continue
-			}
-			met := "— (target is for 10k)"
-			if full(m) {
-				met = yes(mib(m.RSSBytes) <= 0.5*upstreamRSSPairsPods)
-			}
-			what := "pod informer running (offline-only driver)"
-			if st == stagePods {
-				what = "no pod informer (default driver)"
-			}
-			add(fmt.Sprintf("RSS with %d pairs + %d pods, %s", m.Pairs, m.Pods, what), fmt.Sprintf("%.0f MiB (10k + 10k)", upstreamRSSPairsPods),
-				fmt.Sprintf("≤ %.0f MiB (0.5×)", 0.5*upstreamRSSPairsPods), rssText(m), met)
-		}
-		if idle, ok := byStage[stageIdle]; ok {
-			if p, ok := byStage[stagePairs]; ok && p.Pairs > 0 {
-				add("RSS per cached object (PVC or PV)", fmt.Sprintf("%.0f B", (upstreamRSSPairs-upstreamRSSIdle)*(1<<20)/20000), "—",
-					fmt.Sprintf("%.0f B", float64(p.RSSBytes-idle.RSSBytes)/float64(2*p.Pairs)), "—")
-			}
-		}
-		if off, ok := byStage[stagePods]; ok {
-			if on, ok := byStage[stagePodsActive]; ok && on.Pods > 0 {
-				add("RSS per cached pod (pod informer)", fmt.Sprintf("≈ %.0f B (75 MiB / 10k)", 75.0*(1<<20)/10000), "—",
-					fmt.Sprintf("%.0f B", float64(on.RSSBytes-off.RSSBytes)/float64(on.Pods)), "—")
-			}
-		}
+		s.memoryRows(mem)
 	}
-
 	var dec []DecisionRun
 	if _, ok := r.sectionRuns("decision", &dec); ok {
 		sort.Slice(dec, func(i, j int) bool { return dec[i].Name < dec[j].Name })
 		for _, d := range dec {
-			add("pkg/resize "+d.Name, "—", "—", fmt.Sprintf("%.1f ns/op, %.0f allocs/op", d.NsPerOp, d.AllocsPerOp), "—")
+			s.out = append(s.out, Target{Metric: "pkg/resize " + d.Name, Upstream: "—", Ratio: "—", Target: "—", Met: "—",
+				Ours: fmt.Sprintf("%.1f ns/op, %.0f allocs/op", d.NsPerOp, d.AllocsPerOp)})
 		}
 	}
-
 	var sts stsSection
 	if _, ok := r.sectionRuns("statefulset", &sts); ok {
-		if sts.Skipped != "" {
-			add("statefulset-resizer: 100-replica Parallel StatefulSet", "—", "—", "not measured: "+sts.Skipped, "—")
+		s.statefulSetRows(sts)
+	}
+	return s.out
+}
+
+func (s *summaryRows) throughputRows(tp []ThroughputRun) {
+	keys, runs := byBinary(tp, func(t ThroughputRun) string { return t.Binary }, func(t ThroughputRun) string { return t.Config })
+	for _, k := range keys {
+		p := runs[k]
+		if p.ours == nil {
+			continue
 		}
-		for _, s := range sts.Runs {
-			c := s.Clients["statefulset-resizer"]
-			if c == nil {
-				c = &clientRequests{}
-			}
-			n := float64(s.Replicas)
-			add(fmt.Sprintf("statefulset-resizer: %d-replica Parallel StatefulSet %s → %s, until finishedReconciliationGeneration", s.Replicas, s.From, s.To), "—", "— (report)",
-				fmt.Sprintf("%.1f s (requests patched at %.1f s); per replica %.2f writes, %.2f reads, %.2f event writes", s.FinishedSeconds, s.PatchedSeconds,
-					float64(c.Writes)/n, float64(c.Reads)/n, float64(c.Events)/n), "—")
+		t := *p.ours
+		switch t.Config {
+		case "default-flags":
+			floor := t.FloorSeconds
+			s.add(fmt.Sprintf("%d PVCs +1Gi at once, default flags (qps 5): all done", t.PVCs), field(p.up, allDone), field(p.ours, allDone), fmtF("%.1f s"),
+				fmt.Sprintf("≤ %.1f s (floor 3 × %d / 5 = %.0f s, +3 %%)", floorTolerance*floor, t.PVCs, floor),
+				yes(floor > 0 && t.AllDoneSeconds <= floorTolerance*floor))
+			s.add("… all done against the floor 3 × N / QPS", field(p.up, overFloor), field(p.ours, overFloor), fmtF("%.3f×"), "≤ 1.03×", yes(floor > 0 && t.AllDoneSeconds <= floorTolerance*floor))
+			s.add("… until the last event is written", field(p.up, eventsDone), field(p.ours, eventsDone), fmtF("%.1f s"), "—", "—")
+			s.add("API writes per resize, non-event + event", field(p.up, writesTotal), field(p.ours, writesTotal), fmtF("%.2f"), "4 (3 + 1)",
+				yes(t.NonEventWritesPerResize <= 3.005 && t.EventWritesPerResize <= 1.005))
+			s.add("… non-event (PVC status, PV, other)", field(p.up, nonEvent), field(p.ours, nonEvent), fmtF("%.2f"), "3 (2 + 1 + 0)",
+				yes(t.PVCStatusPerResize <= 2.005 && t.PVPerResize <= 1.005 && t.OtherWritesPerResize < 0.005))
+			s.add("… events", field(p.up, events), field(p.ours, events), fmtF("%.2f"), "1", yes(t.EventWritesPerResize <= 1.005))
+			s.add("API reads per resize", field(p.up, reads), field(p.ours, reads), fmtF("%.2f"), "0", yes(t.ReadsPerResize < 0.005))
+			s.add("CSI calls per expansion attempt", field(p.up, csiCalls), field(p.ours, csiCalls), fmtF("%.2f"), "1", yes(t.CSICallsPerAttempt > 0 && t.CSICallsPerAttempt <= 1.005))
+			s.add("Expansion work-queue adds per resize", field(p.up, wqAdds), field(p.ours, wqAdds), fmtF("%.2f"), "1 (own writes not re-processed)", yes(t.WorkqueueAddsPerResize <= 1.005))
+		case "qps50-burst100":
+			s.add(fmt.Sprintf("%d PVCs, --kube-api-qps 50 --kube-api-burst 100: resizes/s", t.PVCs), field(p.up, rate), field(p.ours, rate), fmtF("%.1f/s"), "— (report)", "—")
 		}
 	}
-	return out
+}
+
+func recovered(t InfeasibleRun) float64 { return t.RecoverySeconds }
+
+func fmtRecovery(v float64) string {
+	if v < 0 {
+		return "not recovered"
+	}
+	return fmt.Sprintf("%.1f s", v)
+}
+
+func allDone(t ThroughputRun) float64    { return t.AllDoneSeconds }
+func eventsDone(t ThroughputRun) float64 { return t.EventsDoneSeconds }
+func overFloor(t ThroughputRun) float64 {
+	if t.FloorSeconds == 0 {
+		return 0
+	}
+	return t.AllDoneSeconds / t.FloorSeconds
+}
+func writesTotal(t ThroughputRun) float64 { return t.NonEventWritesPerResize + t.EventWritesPerResize }
+func nonEvent(t ThroughputRun) float64    { return t.NonEventWritesPerResize }
+func events(t ThroughputRun) float64      { return t.EventWritesPerResize }
+func reads(t ThroughputRun) float64       { return t.ReadsPerResize }
+func csiCalls(t ThroughputRun) float64    { return t.CSICallsPerAttempt }
+func wqAdds(t ThroughputRun) float64      { return t.WorkqueueAddsPerResize }
+func rate(t ThroughputRun) float64        { return t.ResizesPerSecond }
+
+func (s *summaryRows) memoryRows(mem []MemoryRun) {
+	_, runs := byBinary(mem, func(m MemoryRun) string { return m.Binary }, func(m MemoryRun) string { return m.Stage })
+	rss := func(m MemoryRun) float64 { return mib(m.RSSBytes) }
+	steady := func(m MemoryRun) float64 { return mib(m.SteadyRSSBytes) }
+	label := map[string]string{
+		stageIdle:       "RSS idle",
+		stagePairs:      "RSS with %d PVC/PV pairs",
+		stagePods:       "RSS with %d pairs + %d pods, default driver (csi-resizer: no pod informer)",
+		stagePodsActive: "RSS with %d pairs + %d pods, offline-only driver (pod informer in both)",
+	}
+	for _, st := range []string{stageIdle, stagePairs, stagePods, stagePodsActive} {
+		p, ok := runs[st]
+		if !ok || p.ours == nil {
+			continue
+		}
+		m := *p.ours
+		metric := label[st]
+		switch st {
+		case stagePairs:
+			metric = fmt.Sprintf(metric, m.Pairs)
+		case stagePods, stagePodsActive:
+			metric = fmt.Sprintf(metric, m.Pairs, m.Pods)
+		}
+		target, met := "—", "—"
+		if st == stagePods || st == stagePodsActive {
+			target = "≤ 0.5× upstream"
+			switch {
+			case m.Pairs != 10000:
+				met = "— (target is for 10k)"
+			case p.up != nil:
+				met = yes(m.RSSBytes*2 <= p.up.RSSBytes)
+			}
+		}
+		s.add(metric, field(p.up, rss), field(p.ours, rss), fmtF("%.1f MiB"), target, met)
+		if m.SteadyRSSBytes > 0 {
+			s.add("… steady (150 s after the sync)", field(p.up, steady), field(p.ours, steady), fmtF("%.1f MiB"), "—", "—")
+		}
+	}
+	perObject := func(side func(*sidePair[MemoryRun]) *MemoryRun) *float64 {
+		idle, pairs := runs[stageIdle], runs[stagePairs]
+		if idle == nil || pairs == nil || side(idle) == nil || side(pairs) == nil || side(pairs).Pairs == 0 {
+			return nil
+		}
+		v := float64(side(pairs).RSSBytes-side(idle).RSSBytes) / float64(2*side(pairs).Pairs)
+		return &v
+	}
+	ours := func(p *sidePair[MemoryRun]) *MemoryRun { return p.ours }
+	up := func(p *sidePair[MemoryRun]) *MemoryRun { return p.up }
+	if o := perObject(ours); o != nil {
+		s.add("RSS per cached object (PVC or PV)", perObject(up), o, fmtF("%.0f B"), "—", "—")
+	}
+}
+
+func (s *summaryRows) statefulSetRows(sts stsSection) {
+	if sts.Skipped != "" {
+		s.out = append(s.out, Target{Metric: "statefulset-resizer: 100-replica Parallel StatefulSet", Upstream: "—", Ours: "not measured: " + sts.Skipped, Ratio: "—", Target: "—", Met: "—"})
+	}
+	for _, st := range sts.Runs {
+		c := st.Clients["statefulset-resizer"]
+		if c == nil {
+			c = &clientRequests{}
+		}
+		n := float64(st.Replicas)
+		s.out = append(s.out, Target{
+			Metric:   fmt.Sprintf("statefulset-resizer: %d-replica Parallel StatefulSet %s → %s, until finishedReconciliationGeneration", st.Replicas, st.From, st.To),
+			Upstream: "— (no upstream equivalent)", Ratio: "—", Target: "— (report)", Met: "—",
+			Ours: fmt.Sprintf("%.1f s (requests patched at %.1f s); per replica %.2f writes, %.2f reads, %.2f event writes", st.FinishedSeconds, st.PatchedSeconds,
+				float64(c.Writes)/n, float64(c.Reads)/n, float64(c.Events)/n),
+		})
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(empty)"
+	}
+	return strings.ReplaceAll(s, "|", "\\|")
 }
 
 func firstGap(g []float64) string {
@@ -314,9 +420,9 @@ func rssText(m MemoryRun) string {
 // table is the summary as a Markdown table (also printed on stdout).
 func (r *results) table() string {
 	var b strings.Builder
-	b.WriteString("| metric | upstream (docs/design.md §2.6) | target | csi-resizer | met |\n|---|---|---|---|---|\n")
+	b.WriteString("| metric | upstream | csi-resizer | csi-resizer / upstream | target | met |\n|---|---|---|---|---|---|\n")
 	for _, t := range r.merged.Summary {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", t.Metric, t.Upstream, t.Target, t.Ours, t.Met)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", t.Metric, t.Upstream, t.Ours, t.Ratio, t.Target, t.Met)
 	}
 	return b.String()
 }
@@ -382,14 +488,14 @@ func (r *results) markdown() string {
 	if _, ok := r.sectionRuns("throughput", &tp); ok {
 		b.WriteString("\n### Throughput and API requests\n\n")
 		b.WriteString("Times are from the first request change (all PVCs are patched at once by the benchmark's own unthrottled client) until a watch shows `status.capacity` = new size. Requests are the apiserver's `apiserver_request_total` over the window (after − before) on the resources the sidecar uses, minus the benchmark's own PATCHes; the benchmark itself only watches during the window.\n\n")
-		b.WriteString("| binary | flags | PVCs | all done | p50 | p90 | last event | resizes/s | (writes+events)/s until done | reads | PVC status | PV | other | events | 409s | CSI calls/attempt | wq adds | CPU ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| binary | flags | PVCs | all done | floor 3N/QPS | all done / floor | p50 | p90 | last event | resizes/s | (writes+events)/s until done | reads | PVC status | PV | other | events | 409s | CSI calls/attempt | wq adds | CPU ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, t := range tp {
 			flags := strings.Join(t.Flags, " ")
 			if flags == "" {
 				flags = "(defaults: qps 5, burst 10)"
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %.1f s | %.1f s | %.1f s | %.1f s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %.1f |\n",
-				t.Binary, flags, t.PVCs, t.AllDoneSeconds, t.P50DoneSeconds, t.P90DoneSeconds, t.EventsDoneSeconds, t.ResizesPerSecond, t.WriteRateUntilDone,
+			fmt.Fprintf(&b, "| %s | %s | %d | %.1f s | %.1f s | %.3f | %.1f s | %.1f s | %.1f s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d | %.2f | %.2f | %.1f |\n",
+				t.Binary, flags, t.PVCs, t.AllDoneSeconds, t.FloorSeconds, overFloor(t), t.P50DoneSeconds, t.P90DoneSeconds, t.EventsDoneSeconds, t.ResizesPerSecond, t.WriteRateUntilDone,
 				t.ReadsPerResize, t.PVCStatusPerResize, t.PVPerResize, t.OtherWritesPerResize, t.EventWritesPerResize, t.Requests.Conflicts,
 				t.CSICallsPerAttempt, t.WorkqueueAddsPerResize, t.CPUSecondsPerResize*1000)
 		}
@@ -408,10 +514,16 @@ func (r *results) markdown() string {
 	if _, ok := r.sectionRuns("infeasible", &inf); ok {
 		b.WriteString("\n### Infeasible PVC\n\n")
 		b.WriteString("One PVC asks for 100Gi; the mock driver answers every ControllerExpandVolume with OUT_OF_RANGE. Calls are counted from the driver's calls log over the window that starts at the request change (`--retry-interval-start` 1s, the default).\n\n")
-		b.WriteString("| binary | --retry-interval-max | window | calls | target | call times (s after the change) | gaps (s) | other CSI calls | PVC status writes | event writes |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("After the window the request is lowered to " + recoverySize + " (above the capacity, below the infeasible size): \"recovery\" is the time until the capacity is " + recoverySize + ".\n\n")
+		b.WriteString("| binary | --retry-interval-max | window | calls | target | call times (s after the change) | gaps (s) | other CSI calls | PVC status writes | event writes | state | condition reason: message | recovery |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, t := range inf {
-			fmt.Fprintf(&b, "| %s | %.0fs | %.0f s | %d | ≤ %d | %v | %v | %d | %d | %d |\n", t.Binary, t.RetryIntervalMax, t.WindowSeconds, t.Calls, t.Target,
-				t.CallOffsets, t.GapsSeconds, t.OtherCSICalls, t.Requests.PVCStatusWrites, t.Requests.EventWrites)
+			recovery := "not within the timeout"
+			if t.RecoverySeconds >= 0 {
+				recovery = fmt.Sprintf("%.1f s", t.RecoverySeconds)
+			}
+			fmt.Fprintf(&b, "| %s | %.0fs | %.0f s | %d | ≤ %d | %v | %v | %d | %d | %d | %s | %s: %s | %s |\n", t.Binary, t.RetryIntervalMax, t.WindowSeconds, t.Calls, t.Target,
+				t.CallOffsets, t.GapsSeconds, t.OtherCSICalls, t.Requests.PVCStatusWrites, t.Requests.EventWrites,
+				t.State, orNone(t.ConditionReason), orNone(t.ConditionMessage), recovery)
 		}
 	}
 
@@ -443,12 +555,18 @@ func (r *results) markdown() string {
 			if pairs.Pairs == 0 {
 				continue
 			}
+			// A binary whose pod informer runs in the default-driver stage too (upstream's
+			// always does) pays for its pods there.
+			withInformer, withoutInformer := perPod(active, pods), perPod(pods, pairs)
+			if pods.PodInformer {
+				withInformer, withoutInformer = perPod(pods, pairs), "— (its pod informer always runs)"
+			}
 			fmt.Fprintf(&b, "- %s: per cached PVC or PV %.0f B of RSS (%.0f B steady, %.0f B of heap); per pod with the pod informer running %s of RSS; pods without the informer cost %s.\n",
 				bin,
 				float64(pairs.RSSBytes-idle.RSSBytes)/float64(2*pairs.Pairs),
 				float64(pairs.SteadyRSSBytes-idle.SteadyRSSBytes)/float64(2*pairs.Pairs),
 				float64(pairs.HeapInuseBytes-idle.HeapInuseBytes)/float64(2*pairs.Pairs),
-				perPod(active, pods), perPod(pods, pairs))
+				withInformer, withoutInformer)
 		}
 	}
 

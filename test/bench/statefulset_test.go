@@ -108,7 +108,7 @@ func runStatefulSet(b *testing.B) {
 		Size: from.String(), Prefix: "data-web", VolumeIDs: ids}, replicas); err != nil {
 		b.Fatal(err)
 	}
-	csiResizer, _ := startResizer(b, e, binaries(b)[0], e.Driver, stsResizerFlags...)
+	csiResizer, _ := startResizer(b, e, binaries(b)[0], e.Driver, replicas, stsResizerFlags...)
 	defer func() { _ = csiResizer.Stop() }()
 
 	sets := client.AppsV1().StatefulSets(e.Namespace)

@@ -29,10 +29,16 @@ import (
 var throughputConfigs = []struct {
 	Name string
 	Args []string
+	QPS  float64
 }{
-	{Name: "default-flags", Args: nil},
-	{Name: "qps50-burst100", Args: []string{"--kube-api-qps=50", "--kube-api-burst=100"}},
+	{Name: "default-flags", Args: nil, QPS: 5},
+	{Name: "qps50-burst100", Args: []string{"--kube-api-qps=50", "--kube-api-burst=100"}, QPS: 50},
 }
+
+// writesPerResize are the rate-limited writes a resize cannot do without: the PVC status that
+// records the target before the driver call, the PV capacity and the final PVC status. N
+// resizes at a client rate of QPS need at least 3 × N / QPS seconds (FloorSeconds).
+const writesPerResize = 3
 
 // ThroughputRun is one throughput measurement.
 type ThroughputRun struct {
@@ -40,6 +46,9 @@ type ThroughputRun struct {
 	Config string   `json:"config"`
 	Flags  []string `json:"flags"`
 	PVCs   int      `json:"pvcs"`
+	// QPS is the run's --kube-api-qps; FloorSeconds = writesPerResize × PVCs / QPS.
+	QPS          float64 `json:"qps"`
+	FloorSeconds float64 `json:"floorSeconds"`
 	// AllDoneSeconds: from the first request change until every PVC has status.capacity = the
 	// new size (seen through a watch).
 	AllDoneSeconds float64 `json:"allDoneSeconds"`
@@ -83,8 +92,12 @@ func BenchmarkThroughput(b *testing.B) {
 	// -compare-throughput ones (a run takes minutes at the default client rate).
 	for _, bin := range binariesFrom(b, *flagCompareTP, "BENCH_COMPARE_THROUGHPUT") {
 		for _, cfg := range throughputConfigs {
+			if smoke && bin.Upstream && cfg.Name != throughputConfigs[0].Name {
+				continue // the smoke run only proves that upstream's side still works
+			}
 			b.Run(bin.Label+"/"+cfg.Name, func(b *testing.B) {
 				r := runThroughput(b, bin, cfg.Name, cfg.Args, n)
+				r.QPS, r.FloorSeconds = cfg.QPS, round(writesPerResize*float64(n)/cfg.QPS, 2)
 				report.addThroughput(r)
 				b.ReportMetric(0, "ns/op")
 				b.ReportMetric(r.AllDoneSeconds, "s-all-done")
@@ -125,11 +138,11 @@ func runThroughput(b *testing.B, bin binary, config string, args []string, n int
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, startTook := startResizer(b, e, bin, e.Driver, args...)
+	p, startTook := startResizer(b, e, bin, e.Driver, n, args...)
 	w := startWatch(b, ctx, client, e.Namespace, n)
 
 	before := scrapeAPIServer(b, ctx, e.Cluster)
-	adds0 := resizerMetric(b, p, "workqueue_adds_total")
+	adds0 := resizerMetric(b, p, "workqueue_adds_total", resizeQueue(bin, e.Driver)...)
 	cpu0 := cpuSeconds(p.Pid())
 
 	// The window: every PVC asks for 2Gi at once.
@@ -166,7 +179,7 @@ func runThroughput(b *testing.B, bin binary, config string, args []string, n int
 		return stable >= 3
 	})
 	windowEnd := time.Now()
-	adds1 := resizerMetric(b, p, "workqueue_adds_total")
+	adds1 := resizerMetric(b, p, "workqueue_adds_total", resizeQueue(bin, e.Driver)...)
 	cpu1 := cpuSeconds(p.Pid())
 	w.stop()
 
@@ -226,6 +239,15 @@ func runThroughput(b *testing.B, bin binary, config string, args []string, n int
 		b.Logf("stopping the resizer: %v", err)
 	}
 	return r
+}
+
+// resizeQueue selects the expansion work queue's series of workqueue_adds_total: upstream
+// also runs a VolumeAttributesClass modification controller with a queue of its own.
+func resizeQueue(bin binary, d *framework.Driver) []string {
+	if !bin.Upstream {
+		return nil
+	}
+	return []string{fmt.Sprintf("name=%q", d.Name+"-pvc")}
 }
 
 // attributedEqual reports whether two snapshots agree on every series the resizer could
