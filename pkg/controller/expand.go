@@ -1,0 +1,202 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
+)
+
+// expandController carries out an ExpandController plan: record the target, call the driver,
+// record its answer.
+func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan resize.Plan) (time.Duration, error) {
+	if waiting, err := c.waitForPods(ctx, key, pvc); err != nil || waiting {
+		return 0, err
+	}
+	req, err := c.expandRequest(ctx, pv, plan.Target)
+	if err != nil {
+		c.cfg.Recorder.Event(pvc, v1.EventTypeWarning, EventResizeFailed, err.Error())
+		return 0, err
+	}
+	// Rule 3: record the target before calling the driver, guarded by resourceVersion so a
+	// decision taken on a stale PVC is never written.
+	written, err := c.writeStatus(ctx, key, pvc, resize.StartedStatus(pvc.Status, plan, c.cfg.Legacy, c.now()))
+	if err != nil {
+		return 0, err
+	}
+	c.obs.started(key, plan)
+
+	klog.FromContext(ctx).V(2).Info("Calling ControllerExpandVolume", "volumeID", req.VolumeID, "requiredBytes", req.RequiredBytes)
+	res, callErr := c.cfg.Expander.Expand(ctx, req)
+	if callErr != nil {
+		return c.expansionFailed(ctx, key, written, plan, callErr)
+	}
+	newSize := *resource.NewQuantity(res.CapacityBytes, resource.BinarySI)
+	if newSize.Cmp(plan.Target) == 0 {
+		newSize = plan.Target.DeepCopy() // keep the user's notation (e.g. "2Gi")
+	}
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, res.NodeExpansionRequired)); err != nil {
+		// The volume did grow: the next attempt keeps the allocated size (state is still
+		// ControllerResizeInProgress with no final error) and the driver call is idempotent.
+		return 0, err
+	}
+	now := c.now()
+	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return resize.ExpandedStatus(st, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, now)
+	}); err != nil {
+		return 0, err
+	}
+	c.expanded(key, pvc, newSize, res.NodeExpansionRequired)
+	return 0, nil
+}
+
+// expansionFailed records a failed ControllerExpandVolume (rule 6) and says when to retry.
+func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan, callErr error) (time.Duration, error) {
+	ce := resize.ClassifyError(callErr)
+	c.obs.failed(key, ce)
+	// The event goes out whether or not the PVC can record the error: it is the user's only
+	// word of the failure when the write fails.
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed, "expanding the volume to %s failed (%s, %s): %s", plan.Target.String(), ce.Reason, ce.Class, ce.Message)
+	if c.cfg.Legacy {
+		failed := plan.Target.DeepCopy()
+		c.remember(key, func(m *memo) { m.legacyFailed = &failed })
+	}
+	now := c.now()
+	written, err := c.recordOutcome(ctx, key, pvc, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return resize.FailedStatus(st, ce, c.cfg.Legacy, now)
+	})
+	if err != nil {
+		return 0, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err)
+	}
+	if resize.WaitsForPods(written, c.cfg.HandleVolumeInUse, c.cfg.Driver.OfflineOnly) {
+		// Rule 9: likely an offline-only driver and a pod still using the volume; the pod
+		// watcher queues the PVC when the pod goes.
+		if waiting, err := c.waitForPods(ctx, key, written); err != nil || waiting {
+			return 0, err
+		}
+	}
+	// The retry runs on the PVC's clock, as the sync woken by this write's echo computes it.
+	obs := resize.Observe(written, nil, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
+	return max(time.Millisecond, c.retryWait(key, written, obs, resize.PlanExpansion(obs))), nil
+}
+
+// waitForPods reports whether the expansion must wait because a pod uses a volume that can
+// only be expanded offline (rule 9). The pod watcher tells the queue when the pod goes.
+func (c *Controller) waitForPods(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim) (bool, error) {
+	if !resize.WaitsForPods(pvc, c.cfg.HandleVolumeInUse, c.cfg.Driver.OfflineOnly) {
+		return false, nil
+	}
+	if err := c.pods.Start(ctx); err != nil {
+		return false, err
+	}
+	if !c.pods.InUse(pvc.Namespace, pvc.Name) {
+		c.remember(key, func(m *memo) { m.podWaitReported = false })
+		return false, nil
+	}
+	klog.FromContext(ctx).V(2).Info("Volume in use by a pod and the driver needs it offline: waiting for the pod to go")
+	if !c.memo(key).podWaitReported {
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed,
+			"CSI driver %s can only expand volumes that no pod uses; the expansion waits until the pods using this claim are gone", c.cfg.Driver.Name)
+		c.remember(key, func(m *memo) { m.podWaitReported = true })
+	}
+	return true, nil
+}
+
+// expanded sends the event of a control-plane expansion that succeeded and tells the observer.
+func (c *Controller) expanded(key string, pvc *v1.PersistentVolumeClaim, newSize resource.Quantity, nodeRequired bool) {
+	old := pvc.Status.Capacity[v1.ResourceStorage]
+	c.remember(key, func(m *memo) { m.legacyFailed, m.podWaitReported = nil, false })
+	recovery, took := c.obs.expanded(key, old, newSize, nodeRequired)
+	switch {
+	case nodeRequired:
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventFileSystemRequired,
+			"the volume was expanded to %s in the control plane; waiting for the node to expand the file system", newSize.String())
+	case recovery:
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeRecovered,
+			"recovered from a failed expansion: volume expanded from %s to %s in %s", old.String(), newSize.String(), took)
+	default:
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeSuccessful,
+			"volume expanded from %s to %s in %s", old.String(), newSize.String(), took)
+	}
+}
+
+// expandNodeOnly handles a driver without controller expansion: no CSI call, the PV capacity
+// is set (lowered only in the KEP-1790 Case 2 recovery) and the node takes over.
+func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, obs resize.Observed, plan resize.Plan) error {
+	nodeRequired := resize.NodeRequired(obs, plan)
+	// The PV first: the kubelet acts only once the PVC says NodeResizePending, and then it
+	// must find the new capacity on the PV.
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, plan.Target, c.preResizeAnnotation(pv, true)); err != nil {
+		return err
+	}
+	c.obs.started(key, plan)
+	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, nodeRequired, c.cfg.Legacy, c.now())
+	if _, err := c.writeStatus(ctx, key, pvc, done); err != nil {
+		return err
+	}
+	c.expanded(key, pvc, plan.Target, nodeRequired)
+	return nil
+}
+
+// redriveNode puts a PVC whose node expansion failed back in the node's hands.
+func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan) error {
+	if _, err := c.writeStatus(ctx, key, pvc, resize.RedrivenStatus(pvc.Status, plan, c.now())); err != nil {
+		return err
+	}
+	c.obs.handedToNode(key, pvc.Status.Capacity[v1.ResourceStorage], plan.Target)
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventFileSystemRequired,
+		"the node failed to expand the volume, which already has %s in the control plane; asking the node to retry", plan.Target.String())
+	return nil
+}
+
+// maxOutcomeConflicts bounds how often recordOutcome re-reads a PVC that keeps changing under
+// it. Past it the answer is left unrecorded and the sync fails: the state the pre-call write
+// left (ControllerResizeInProgress at the target) makes the retry repeat the idempotent call.
+const maxOutcomeConflicts = 3
+
+// recordOutcome writes the status that records the driver's answer, guarded by resourceVersion
+// like every status write: the conditions list is written whole, and an unguarded write would
+// drop a condition another component set during the call. The answer is known and must not
+// cost a second driver call, so on a conflict (the PVC changed during the call: a new request,
+// someone else's condition) the PVC is read again from the API, not from a cache that may be
+// behind, and outcome is applied to what it holds now. Only a conflict costs that read.
+func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+	for conflicts := 0; ; conflicts++ {
+		out, err := c.writeStatus(ctx, key, pvc, outcome(pvc.Status))
+		if err == nil || !apierrors.IsConflict(err) || conflicts == maxOutcomeConflicts {
+			return out, err
+		}
+		klog.FromContext(ctx).V(2).Info("The PVC changed during the driver call; recording the answer over its latest version", "resourceVersion", pvc.ResourceVersion)
+		latest, getErr := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
+		if getErr != nil {
+			return nil, errors.Join(err, fmt.Errorf("reading PVC %s/%s again: %w", pvc.Namespace, pvc.Name, getErr))
+		}
+		if latest.UID != pvc.UID {
+			return nil, fmt.Errorf("PVC %s/%s was deleted and re-created during the driver call; its answer is not recorded on the new object", pvc.Namespace, pvc.Name)
+		}
+		// The cache may still hold pvc, this process's own pre-call write: it is replaced
+		// as surely as by a write of ours, and deciding on it would call the driver again.
+		c.fresh.Wrote(key, pvc.ResourceVersion, latest.ResourceVersion)
+		pvc = latest
+	}
+}
+
+// writeStatus patches the PVC status, guarded by resourceVersion, records the write for the
+// freshness check and tells the observer of the state transition.
+func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, true)
+	if err != nil {
+		return nil, err
+	}
+	c.fresh.Wrote(key, pvc.ResourceVersion, out.ResourceVersion)
+	c.obs.transition(pvc.Status, out.Status)
+	return out, nil
+}
