@@ -304,7 +304,6 @@ func condition(pvc *v1.PersistentVolumeClaim, t v1.PersistentVolumeClaimConditio
 	return nil
 }
 
-
 func bytesOf(size string) int64 {
 	q := resource.MustParse(size)
 	return q.Value()

@@ -84,4 +84,3 @@ func TestNodeStepOutcome(t *testing.T) {
 		}
 	}
 }
-
