@@ -129,6 +129,46 @@ func TestUncertainErrorKeepsAllocatedSize(t *testing.T) {
 	}
 }
 
+// Issue 15, bug 1: after an uncertain error the user raises the request above
+// allocatedResources. The retry, here by a restarted resizer with no backoff pending, expands to
+// the allocated size (KEP-1790) and succeeds with no node step; the expansion to the new request
+// must then start at once, woken by the echo of that success write, not at the next resync
+// (10 minutes).
+func TestRaisedRequestAfterUncertainErrorStartsAtOnce(t *testing.T) {
+	e := startMock(t, scenario.Options{ResizerArgs: []string{"--retry-interval-start=500ms", "--retry-interval-max=2s"}})
+	_, pv := e.NewClaim(t, "data", "1Gi")
+	vol := pv.Spec.CSI.VolumeHandle
+	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.Unavailable, Message: "backend restarting"}})
+	e.SetRequest(t, "data", "10Gi")
+	e.WaitClaim(t, "data", resizeTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		c := scenario.Condition(pvc, v1.PersistentVolumeClaimControllerResizeError)
+		return c != nil && c.Reason == "Unavailable" && scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInProgress,
+			"want ControllerResizeInProgress with an Unavailable condition"
+	})
+	if err := e.Resizer.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	e.SetRequest(t, "data", "20Gi")
+	e.Driver.ClearFaults(t)
+	restarted := time.Now()
+	e.Resizer.Restart(t)
+
+	// Well within the resync period: the second expansion is queued by the first one's echo.
+	pvc := e.WaitClaim(t, "data", time.Minute, scenario.Done("20Gi"))
+	if _, _, alloc := scenario.Storage(pvc); !scenario.Is(alloc, "20Gi") {
+		t.Errorf("allocatedResources = %s, want 20Gi", alloc.String())
+	}
+	var after []int64
+	for _, c := range e.Driver.VolumeCalls(t, vol) {
+		if c.Time.After(restarted) {
+			after = append(after, c.RequiredBytes)
+		}
+	}
+	if len(after) != 2 || after[0] != bytesOf("10Gi") || after[1] != bytesOf("20Gi") {
+		t.Errorf("calls after the restart asked for %v bytes, want the allocated 10Gi, then 20Gi", after)
+	}
+}
+
 // Scenario 5, KEP-1790 Case 4: the resizer dies after recording the target and before the driver
 // answers; a restarted resizer finishes the old target, never the lower request.
 func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
