@@ -1,5 +1,5 @@
 // Package inuse answers "is a pod using this PVC?" for drivers that can expand only offline
-// (DESIGN §2.3 rule 9).
+// (docs/design.md §2.3 rule 9).
 //
 // A Pod informer is the most expensive thing the sidecar could watch (upstream measured ~75 MiB
 // for 10k pods), and most drivers expand online and never need it. So the informer starts only

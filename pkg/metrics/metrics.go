@@ -1,4 +1,4 @@
-// Package metrics defines the sidecar's recovery metrics (DESIGN §2.5). Their names and labels
+// Package metrics defines the sidecar's recovery metrics (docs/design.md §2.5). Their names and labels
 // are part of the product: dashboards and alerts in deploy/ depend on them.
 //
 // Counters and the histogram are updated by the controller as things happen; the two gauges

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// wantClass is DESIGN §2.3 rule 6 for each of the 17 gRPC codes.
+// wantClass is docs/design.md §2.3 rule 6 for each of the 17 gRPC codes.
 var wantClass = map[codes.Code]ErrorClass{
 	codes.OK:                 ClassFinal, // malformed: an error claiming OK
 	codes.Canceled:           ClassTransient,

@@ -70,7 +70,7 @@ func fuzzObjects(spec, alloc, pvCap, pvcCap int64, stateSel, errSel byte, hasAll
 	return pvc, pv
 }
 
-// FuzzPlanExpansion checks DESIGN §2.3 rules 2 and 4 as invariants over arbitrary PVC states:
+// FuzzPlanExpansion checks docs/design.md §2.3 rules 2 and 4 as invariants over arbitrary PVC states:
 //   - ControllerResizeInProgress after a non-final error, NodeResizePending and
 //     NodeResizeInProgress never lower the target below alloc (the Node* states do nothing);
 //   - an action's target is never below status.capacity, and for a controller driver never

@@ -390,7 +390,7 @@ func isCase2Recovery(o Observed) bool {
 		o.State == v1.PersistentVolumeClaimControllerResizeInProgress && o.Alloc.Cmp(o.PVCap) < 0
 }
 
-// checkPlanInvariants asserts what DESIGN §2.3 requires of every decision, whatever the input.
+// checkPlanInvariants asserts what docs/design.md §2.3 requires of every decision, whatever the input.
 func checkPlanInvariants(t testing.TB, o Observed, p Plan) {
 	t.Helper()
 	fail := func(format string, args ...any) {

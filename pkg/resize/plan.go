@@ -72,7 +72,7 @@ type Plan struct {
 	Why string
 }
 
-// PlanExpansion applies DESIGN §2.3 rules 1-4 to one observed PVC.
+// PlanExpansion applies docs/design.md §2.3 rules 1-4 to one observed PVC.
 func PlanExpansion(o Observed) Plan {
 	if o.Legacy {
 		return planLegacy(o)

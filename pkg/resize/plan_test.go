@@ -439,7 +439,7 @@ func TestRestartDecidesTheSame(t *testing.T) {
 	}
 }
 
-// TestPlanRules covers single decisions of DESIGN §2.3 that the stories do not reach.
+// TestPlanRules covers single decisions of docs/design.md §2.3 that the stories do not reach.
 func TestPlanRules(t *testing.T) {
 	ip := v1.PersistentVolumeClaimControllerResizeInProgress
 	cases := []struct {
@@ -568,7 +568,7 @@ func TestNodeOnlyAfterLegacyResizerKeepsPV(t *testing.T) {
 // controller) is neither "no state" nor "known to have failed". KEP-1790 Design Details: the
 // resizer follows spec "only when previous operation has finished (i.e.
 // pvc.Status.AllocatedResourceStatus[storage] is nil) or when previous operation has failed
-// with a terminal error"; DESIGN §2.3 rule 2 says the same ("Only when ... or there is no
+// with a terminal error"; docs/design.md §2.3 rule 2 says the same ("Only when ... or there is no
 // state"). So an unknown state must never lower the target below alloc.
 func TestUnknownStateNeverLowersBelowAlloc(t *testing.T) {
 	for _, nodeOnly := range []bool{false, true} {
@@ -700,7 +700,7 @@ func TestLegacyNothingOnceThePVHasSpec(t *testing.T) {
 }
 
 // TestPlanInvariantsGrid runs every combination of a small set of sizes, states, last errors
-// and driver kinds through the decision and checks DESIGN §2.3's invariants, plus the exact
+// and driver kinds through the decision and checks docs/design.md §2.3's invariants, plus the exact
 // target rule 2 prescribes for each state.
 func TestPlanInvariantsGrid(t *testing.T) {
 	sizes := []string{"0", "10Gi", "20Gi", "100Gi", "200Gi"}
