@@ -7,7 +7,8 @@
 // pkg/resize decides from them. The controller decides nothing itself: sizes, states, retry
 // times, node-step outcomes and the wait for pods are pure functions of the PVC in pkg/resize,
 // so a restarted resizer, or this one woken by the echo of its own write, decides the same.
-// What it keeps in memory is listed in memo (handlers.go), the metrics' bookkeeping in observer.
+// What it keeps in memory is in legacyFailed (handlers.go); the metrics' bookkeeping is
+// pkg/metrics.Observer's.
 package controller
 
 import (
@@ -83,10 +84,11 @@ type Controller struct {
 	pods      *inuse.Tracker
 	// fresh: do not decide on a cached PVC older than this process's last write to it.
 	fresh *freshness.Tracker
-	obs   *observer
+	obs   *metrics.Observer
 
-	mu    sync.Mutex
-	memos map[string]*memo
+	mu sync.Mutex
+	// failed: see legacyFailed (handlers.go).
+	failed map[string]resource.Quantity
 }
 
 // New wires the controller to its informers.
@@ -104,9 +106,9 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: cfg.Driver.Name + "-pvc", Clock: cfg.Clock}),
-		fresh: freshness.New(),
-		obs:   newObserver(cfg.Metrics, cfg.Recorder, cfg.Clock),
-		memos: map[string]*memo{},
+		fresh:  freshness.New(),
+		obs:    metrics.NewObserver(cfg.Metrics, cfg.Clock),
+		failed: map[string]resource.Quantity{},
 	}
 	claims, _ := pvcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.claimAdded,
@@ -231,18 +233,21 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	ctx = klog.NewContext(ctx, logger)
 
 	obs := resize.Observe(pvc, pv, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
-	c.obs.nodeProgress(ctx, key, pvc, obs)
+	if r := c.obs.NodeProgress(ctx, key, pvc, obs); r != nil {
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeRecovered,
+			"recovered from a failed expansion: volume expanded from %s to %s in %s (file system included)", r.From.String(), r.To.String(), r.Took)
+	}
 	plan := resize.PlanExpansion(obs)
 	logger.V(4).Info("Planned", "action", plan.Action, "target", plan.Target.String(), "recovery", plan.Recovery, "why", plan.Why)
 	if plan.Action == resize.Nothing {
-		c.obs.idle(key, obs)
+		c.obs.Idle(key, obs)
 		return 0, nil
 	}
 	if wait := c.retryWait(key, pvc, obs, plan); wait > 0 {
 		logger.V(4).Info("The last attempt failed: waiting for the retry or a new request", "wait", wait)
 		return wait, nil
 	}
-	c.obs.begin(key, pvc, obs)
+	c.obs.Begin(key, pvc, obs)
 	switch plan.Action {
 	case resize.RedriveNode:
 		return 0, c.redriveNode(ctx, key, pvc, plan)
@@ -257,7 +262,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 // request it remembers.
 func (c *Controller) retryWait(key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed, plan resize.Plan) time.Duration {
 	retry := resize.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
-	return resize.RetryWait(pvc, obs, plan, c.memo(key).legacyFailed, retry, c.cfg.Clock.Now())
+	return resize.RetryWait(pvc, obs, plan, c.legacyFailed(key), retry, c.cfg.Clock.Now())
 }
 
 // volumeOf returns the PV of a bound PVC when the PV belongs to this driver and its claimRef

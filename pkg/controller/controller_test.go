@@ -396,7 +396,7 @@ func TestForgetsDeletedClaim(t *testing.T) {
 	}
 	_ = f.pvcs.Delete(pvc)
 	f.sync("data")
-	if len(f.ctrl.memos) != 0 || len(f.ctrl.obs.episodes) != 0 {
-		t.Errorf("memos %v, episodes %v kept after the PVC was deleted", f.ctrl.memos, f.ctrl.obs.episodes)
+	if len(f.ctrl.failed) != 0 {
+		t.Errorf("%v kept after the PVC was deleted", f.ctrl.failed)
 	}
 }

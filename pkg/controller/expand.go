@@ -18,7 +18,7 @@ import (
 // expandController carries out an ExpandController plan: record the target, call the driver,
 // record its answer.
 func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan resize.Plan) (time.Duration, error) {
-	if waiting, err := c.waitForPods(ctx, key, pvc); err != nil || waiting {
+	if waiting, err := c.waitForPods(ctx, pvc); err != nil || waiting {
 		return 0, err
 	}
 	req, err := c.expandRequest(ctx, pv, plan.Target)
@@ -32,7 +32,7 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	if err != nil {
 		return 0, err
 	}
-	c.obs.started(key, plan)
+	c.obs.Started(key, plan)
 
 	klog.FromContext(ctx).V(2).Info("Calling ControllerExpandVolume", "volumeID", req.VolumeID, "requiredBytes", req.RequiredBytes)
 	res, callErr := c.cfg.Expander.Expand(ctx, req)
@@ -61,13 +61,12 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 // expansionFailed records a failed ControllerExpandVolume (rule 6) and says when to retry.
 func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan, callErr error) (time.Duration, error) {
 	ce := resize.ClassifyError(callErr)
-	c.obs.failed(key, ce)
+	c.obs.Failed(key, ce)
 	// The event goes out whether or not the PVC can record the error: it is the user's only
 	// word of the failure when the write fails.
 	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed, "expanding the volume to %s failed (%s, %s): %s", plan.Target.String(), ce.Reason, ce.Class, ce.Message)
 	if c.cfg.Legacy {
-		failed := plan.Target.DeepCopy()
-		c.remember(key, func(m *memo) { m.legacyFailed = &failed })
+		c.setLegacyFailed(key, &plan.Target)
 	}
 	now := c.now()
 	written, err := c.recordOutcome(ctx, key, pvc, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
@@ -76,12 +75,10 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 	if err != nil {
 		return 0, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err)
 	}
-	if resize.WaitsForPods(written, c.cfg.HandleVolumeInUse, c.cfg.Driver.OfflineOnly) {
-		// Rule 9: likely an offline-only driver and a pod still using the volume; the pod
-		// watcher queues the PVC when the pod goes.
-		if waiting, err := c.waitForPods(ctx, key, written); err != nil || waiting {
-			return 0, err
-		}
+	// Rule 9: after FAILED_PRECONDITION, likely an offline-only driver and a pod still using
+	// the volume; the pod watcher queues the PVC when the pod goes.
+	if waiting, err := c.waitForPods(ctx, written); err != nil || waiting {
+		return 0, err
 	}
 	// The retry runs on the PVC's clock, as the sync woken by this write's echo computes it.
 	obs := resize.Observe(written, nil, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
@@ -90,31 +87,24 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 
 // waitForPods reports whether the expansion must wait because a pod uses a volume that can
 // only be expanded offline (rule 9). The pod watcher tells the queue when the pod goes.
-func (c *Controller) waitForPods(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim) (bool, error) {
+func (c *Controller) waitForPods(ctx context.Context, pvc *v1.PersistentVolumeClaim) (bool, error) {
 	if !resize.WaitsForPods(pvc, c.cfg.HandleVolumeInUse, c.cfg.Driver.OfflineOnly) {
 		return false, nil
 	}
-	if err := c.pods.Start(ctx); err != nil {
-		return false, err
-	}
-	if !c.pods.InUse(pvc.Namespace, pvc.Name) {
-		c.remember(key, func(m *memo) { m.podWaitReported = false })
-		return false, nil
-	}
-	klog.FromContext(ctx).V(2).Info("Volume in use by a pod and the driver needs it offline: waiting for the pod to go")
-	if !c.memo(key).podWaitReported {
+	inUse, first, err := c.pods.Wait(ctx, pvc.Namespace, pvc.Name)
+	if first {
+		klog.FromContext(ctx).V(2).Info("Volume in use by a pod and the driver needs it offline: waiting for the pod to go")
 		c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed,
 			"CSI driver %s can only expand volumes that no pod uses; the expansion waits until the pods using this claim are gone", c.cfg.Driver.Name)
-		c.remember(key, func(m *memo) { m.podWaitReported = true })
 	}
-	return true, nil
+	return inUse, err
 }
 
 // expanded sends the event of a control-plane expansion that succeeded and tells the observer.
 func (c *Controller) expanded(key string, pvc *v1.PersistentVolumeClaim, newSize resource.Quantity, nodeRequired bool) {
 	old := pvc.Status.Capacity[v1.ResourceStorage]
-	c.remember(key, func(m *memo) { m.legacyFailed, m.podWaitReported = nil, false })
-	recovery, took := c.obs.expanded(key, old, newSize, nodeRequired)
+	c.setLegacyFailed(key, nil)
+	recovery, took := c.obs.Expanded(key, old, newSize, nodeRequired)
 	switch {
 	case nodeRequired:
 		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventFileSystemRequired,
@@ -137,7 +127,7 @@ func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.Per
 	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, plan.Target, c.preResizeAnnotation(pv, true)); err != nil {
 		return err
 	}
-	c.obs.started(key, plan)
+	c.obs.Started(key, plan)
 	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, nodeRequired, c.cfg.Legacy, c.now())
 	if _, err := c.writeStatus(ctx, key, pvc, done); err != nil {
 		return err
@@ -151,7 +141,7 @@ func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.Persis
 	if _, err := c.writeStatus(ctx, key, pvc, resize.RedrivenStatus(pvc.Status, plan, c.now())); err != nil {
 		return err
 	}
-	c.obs.handedToNode(key, pvc.Status.Capacity[v1.ResourceStorage], plan.Target)
+	c.obs.HandedToNode(key, pvc.Status.Capacity[v1.ResourceStorage], plan.Target)
 	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventFileSystemRequired,
 		"the node failed to expand the volume, which already has %s in the control plane; asking the node to retry", plan.Target.String())
 	return nil
@@ -197,6 +187,6 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 		return nil, err
 	}
 	c.fresh.Wrote(key, pvc.ResourceVersion, out.ResourceVersion)
-	c.obs.transition(pvc.Status, out.Status)
+	c.obs.Transition(pvc.Status, out.Status)
 	return out, nil
 }

@@ -79,51 +79,36 @@ func (c *Controller) enqueue(pvc *v1.PersistentVolumeClaim) {
 	}
 }
 
-// memo is what the controller keeps about one PVC because neither the API nor the work queue
-// can hold it. It is dropped when the PVC is deleted (docs/design.md §2.3 rule 10); losing it
-// in a restart costs at most one retry interval or one repeated event, never a wrong size.
-type memo struct {
-	// legacyFailed is the target of the last failed attempt in legacy mode, where the PVC has
-	// no allocatedResources to say which request failed: a different request is the user's
-	// answer to the failure and goes at once, without the retry wait (rule 8).
-	legacyFailed *resource.Quantity
-	// podWaitReported: the "waits for the pods" event was sent for this wait (rule 9), so a
-	// PVC that waits is reported once, not on every sync.
-	podWaitReported bool
-}
-
-// memo returns a copy of what is kept about a PVC.
-func (c *Controller) memo(key string) memo {
+// legacyFailed is the target of the last failed attempt in legacy mode, where the PVC has no
+// allocatedResources to say which request failed: a different request is the user's answer to
+// the failure and goes at once, without the retry wait (rule 8). It is all the controller keeps
+// about a PVC that neither the API nor the work queue can hold; a restart that loses it makes a
+// new request wait at most one retry interval.
+func (c *Controller) legacyFailed(key string) *resource.Quantity {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if m, ok := c.memos[key]; ok {
-		return *m
+	if q, ok := c.failed[key]; ok {
+		return &q
 	}
-	return memo{}
+	return nil
 }
 
-// remember updates what is kept about a PVC; nothing kept is no entry.
-func (c *Controller) remember(key string, update func(*memo)) {
+// setLegacyFailed records (or, with nil, forgets) the failed target of legacy mode.
+func (c *Controller) setLegacyFailed(key string, q *resource.Quantity) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m, ok := c.memos[key]
-	if !ok {
-		m = &memo{}
-		c.memos[key] = m
+	if q == nil {
+		delete(c.failed, key)
+		return
 	}
-	update(m)
-	if *m == (memo{}) {
-		delete(c.memos, key)
-	}
+	c.failed[key] = q.DeepCopy()
 }
 
 // forget drops everything kept about a deleted PVC (rule 10), the observer's bookkeeping
 // included: an expansion under way ends without an outcome, since deleting the claim is the
 // user's decision, not a result of the expansion.
 func (c *Controller) forget(key string) {
-	c.mu.Lock()
-	delete(c.memos, key)
-	c.mu.Unlock()
+	c.setLegacyFailed(key, nil)
 	c.fresh.Forget(key)
-	c.obs.forget(key)
+	c.obs.Forget(key)
 }

@@ -138,6 +138,16 @@ func TestTracker(t *testing.T) {
 		}
 	}
 
+	// Wait reports a wait once, until the claim is free again.
+	for i, want := range []bool{true, false} {
+		if inUse, first, err := tr.Wait(ctx, "a", "logs"); err != nil || !inUse || first != want {
+			t.Errorf("Wait #%d: in use %v, first %v, err %v; want true, %v", i+1, inUse, first, err, want)
+		}
+	}
+	if inUse, first, _ := tr.Wait(ctx, "a", "unused"); inUse || first {
+		t.Errorf("Wait on an unused claim: in use %v, first %v", inUse, first)
+	}
+
 	// The cache keeps only what the check reads: identity, claim keys, finished.
 	for _, obj := range tr.informer.GetStore().List() {
 		p, ok := obj.(*podClaims)

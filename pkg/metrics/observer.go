@@ -1,4 +1,4 @@
-package controller
+package metrics
 
 import (
 	"context"
@@ -7,24 +7,21 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
-// observer turns the steps the controller takes, and the node's answers it sees, into the
+// Observer turns the steps the controller takes, and the node's answers it sees, into the
 // metrics of docs/design.md §2.5: state transitions, driver errors, the duration of an
 // expansion from its first sight until it is done (node step included) or has failed, and the
 // outcome of each recovery, counted once. Its bookkeeping is for metrics only: no decision
 // reads it, and a restart that loses it loses the timing of the expansions under way, which
-// are then observed neither as success nor as failure.
-type observer struct {
-	metrics  *metrics.Recorder
-	recorder record.EventRecorder
-	clock    clock.Clock
+// are then observed neither as success nor as failure. It is safe for concurrent use.
+type Observer struct {
+	metrics *Recorder
+	clock   clock.Clock
 
 	mu       sync.Mutex
 	episodes map[string]*episode
@@ -54,17 +51,18 @@ type nodeStep struct {
 	from, to resource.Quantity
 }
 
-func newObserver(m *metrics.Recorder, r record.EventRecorder, clk clock.Clock) *observer {
-	return &observer{metrics: m, recorder: r, clock: clk, episodes: map[string]*episode{}}
+// NewObserver returns an observer that updates m, timing with clk.
+func NewObserver(m *Recorder, clk clock.Clock) *Observer {
+	return &Observer{metrics: m, clock: clk, episodes: map[string]*episode{}}
 }
 
 // episode returns the PVC's episode, nil if none; callers hold mu.
-func (o *observer) episode(key string) *episode { return o.episodes[key] }
+func (o *Observer) episode(key string) *episode { return o.episodes[key] }
 
-// begin is told that the controller acts on a PVC: the episode starts unless it goes on. A PVC
+// Begin is told that the controller acts on a PVC: the episode starts unless it goes on. A PVC
 // first seen already failed (after a restart) had its failure observed by the process that saw
 // it happen.
-func (o *observer) begin(key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed) {
+func (o *Observer) Begin(key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ep := o.episode(key)
@@ -81,8 +79,8 @@ func (o *observer) begin(key string, pvc *v1.PersistentVolumeClaim, obs resize.O
 	ep.node = nil
 }
 
-// started is told that the target of plan is recorded and the expansion under way.
-func (o *observer) started(key string, plan resize.Plan) {
+// Started is told that the target of plan is recorded and the expansion under way.
+func (o *Observer) Started(key string, plan resize.Plan) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if ep := o.episode(key); ep != nil && plan.Recovery {
@@ -90,9 +88,9 @@ func (o *observer) started(key string, plan resize.Plan) {
 	}
 }
 
-// failed is told of a driver error. Only infeasible settles the expansion, and a recovery, as
-// failed: after any other error the retry may well succeed.
-func (o *observer) failed(key string, ce resize.ClassifiedError) {
+// Failed is told of a driver error. Only infeasible settles the expansion, and a recovery, as
+// Failed: after any other error the retry may well succeed.
+func (o *Observer) Failed(key string, ce resize.ClassifiedError) {
 	o.metrics.ExpandError(ce.Reason, string(ce.Class))
 	if ce.Class == resize.ClassInfeasible {
 		o.fail(key)
@@ -100,7 +98,7 @@ func (o *observer) failed(key string, ce resize.ClassifiedError) {
 }
 
 // fail records the failure of the episode, once.
-func (o *observer) fail(key string) {
+func (o *Observer) fail(key string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ep := o.episode(key)
@@ -116,12 +114,12 @@ func (o *observer) fail(key string) {
 	ep.failed, ep.recovery, ep.node = true, false, nil
 }
 
-// expanded is told that the control-plane part succeeded. With a node step the expansion is
+// Expanded is told that the control-plane part succeeded. With a node step the expansion is
 // not done: it ends when the node finishes (nodeProgress). It returns whether the expansion was
 // a recovery and how long it took, for the event.
-func (o *observer) expanded(key string, from, to resource.Quantity, nodeRequired bool) (bool, time.Duration) {
+func (o *Observer) Expanded(key string, from, to resource.Quantity, nodeRequired bool) (bool, time.Duration) {
 	if nodeRequired {
-		o.handedToNode(key, from, to)
+		o.HandedToNode(key, from, to)
 		return false, 0
 	}
 	o.mu.Lock()
@@ -136,8 +134,8 @@ func (o *observer) expanded(key string, from, to resource.Quantity, nodeRequired
 	return ep.recovery, took
 }
 
-// handedToNode is told that the node has the expansion (again) to size to.
-func (o *observer) handedToNode(key string, from, to resource.Quantity) {
+// HandedToNode is told that the node has the expansion (again) to size to.
+func (o *Observer) HandedToNode(key string, from, to resource.Quantity) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if ep := o.episode(key); ep != nil {
@@ -146,23 +144,23 @@ func (o *observer) handedToNode(key string, from, to resource.Quantity) {
 }
 
 // succeed observes a finished expansion; callers hold mu.
-func (o *observer) succeed(ep *episode, took time.Duration) {
+func (o *Observer) succeed(ep *episode, took time.Duration) {
 	if ep.recovery {
 		o.metrics.Recovery(true)
 	}
 	o.metrics.ExpansionDone(true, took)
 }
 
-// nodeProgress reads the outcome of a node step the resizer waits for from the PVC: the
-// duration and a recovery's success (with the VolumeResizeRecovered event) when the node
-// finished, the failure when it became NodeResizeInfeasible. An expansion is done only when the
-// node has grown the file system.
-func (o *observer) nodeProgress(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed) {
+// NodeProgress reads the outcome of a node step the resizer waits for from the PVC: the
+// duration and a recovery's success when the node finished, the failure when it became
+// NodeResizeInfeasible. An expansion is done only when the node has grown the file system. It
+// returns the recovery the node finished, nil if none, for the VolumeResizeRecovered event.
+func (o *Observer) NodeProgress(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed) *Recovered {
 	o.mu.Lock()
 	ep := o.episode(key)
 	if ep == nil || ep.node == nil {
 		o.mu.Unlock()
-		return
+		return nil
 	}
 	step := *ep.node
 	outcome := resize.NodeStepOutcome(obs, step.to)
@@ -170,25 +168,32 @@ func (o *observer) nodeProgress(ctx context.Context, key string, pvc *v1.Persist
 	logger := klog.FromContext(ctx)
 	switch outcome {
 	case resize.NodeDone:
-		recovery, took := o.expanded(key, step.from, step.to, false)
+		recovery, took := o.Expanded(key, step.from, step.to, false)
 		logger.V(2).Info("The node finished the expansion", "size", step.to.String(), "took", took, "recovery", recovery)
 		if recovery {
-			o.recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeRecovered,
-				"recovered from a failed expansion: volume expanded from %s to %s in %s (file system included)", step.from.String(), step.to.String(), took)
+			return &Recovered{From: step.from, To: step.to, Took: took}
 		}
 	case resize.NodeFailed:
 		logger.V(2).Info("The node failed the expansion", "size", step.to.String())
 		o.fail(key)
 	case resize.NodeGone:
 		logger.V(4).Info("The node step this resizer waited for was replaced by another step", "state", obs.State)
-		o.begin(key, pvc, obs)
+		o.Begin(key, pvc, obs)
 	}
+	return nil
 }
 
-// idle is told that the PVC needs nothing now. An episode that ended without this resizer
+// Recovered is a recovery that the node finished: from status.capacity before it to the
+// node's size, in Took.
+type Recovered struct {
+	From, To resource.Quantity
+	Took     time.Duration
+}
+
+// Idle is told that the PVC needs nothing now. An episode that ended without this resizer
 // recording its end (another resizer finished it, or this one restarted since) is dropped
 // unobserved: its start or its outcome is not known.
-func (o *observer) idle(key string, obs resize.Observed) {
+func (o *Observer) Idle(key string, obs resize.Observed) {
 	if obs.State != "" {
 		return
 	}
@@ -199,20 +204,20 @@ func (o *observer) idle(key string, obs resize.Observed) {
 	}
 }
 
-// transition counts a written change of the resize state.
-func (o *observer) transition(from, to v1.PersistentVolumeClaimStatus) {
+// Transition counts a written change of the resize state.
+func (o *Observer) Transition(from, to v1.PersistentVolumeClaimStatus) {
 	o.metrics.Transition(from.AllocatedResourceStatuses[v1.ResourceStorage], to.AllocatedResourceStatuses[v1.ResourceStorage])
 }
 
-// forget drops the episode of a deleted PVC without an outcome: deleting the claim is the
+// Forget drops the episode of a deleted PVC without an outcome: deleting the claim is the
 // user's decision, and counting it as a failed recovery would fire CSIResizerRecoveryFailing.
-func (o *observer) forget(key string) {
+func (o *Observer) Forget(key string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.episodes, key)
 }
 
 // elapsed is how long ago since was.
-func (o *observer) elapsed(since time.Time) time.Duration {
+func (o *Observer) elapsed(since time.Time) time.Duration {
 	return o.clock.Since(since).Round(time.Millisecond)
 }
