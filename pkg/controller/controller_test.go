@@ -178,14 +178,7 @@ func TestFailureEventWhenRecordFails(t *testing.T) {
 	pvc, pv := claim("data", "10Gi", "1Gi")
 	f := newFixture(t, Config{}, pvc, pv)
 	f.driver.answers = []answer{{err: grpcErr(codes.OutOfRange, "too big")}}
-	patches := 0
-	f.client.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		patches++
-		if patches == 2 {
-			return true, nil, errors.New("etcd is down")
-		}
-		return false, nil, nil
-	})
+	failPatch(f, 2, errors.New("etcd is down"))
 	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
 		t.Fatal("sync succeeded though the failure could not be recorded")
 	}
@@ -194,19 +187,24 @@ func TestFailureEventWhenRecordFails(t *testing.T) {
 	}
 }
 
+// failPatch makes the nth PVC patch fail with err (a reactor of the fake clientset).
+func failPatch(f *fixture, n int, err error) {
+	patches := 0
+	f.client.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		if patches == n {
+			return true, nil, err
+		}
+		return false, nil, nil
+	})
+}
+
 // TestOutcomeConflict: the PVC changed during the driver call; the answer is recorded over the
 // PVC read again, and the driver is not called again.
 func TestOutcomeConflict(t *testing.T) {
 	pvc, pv := claim("data", "10Gi", "1Gi")
 	f := newFixture(t, Config{}, pvc, pv)
-	patches := 0
-	f.client.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-		patches++
-		if patches == 2 {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "data", errors.New("changed"))
-		}
-		return false, nil, nil
-	})
+	failPatch(f, 2, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "data", errors.New("changed")))
 	f.sync("data")
 	if got := f.pvc("data"); storage(got.Status.Capacity) != "10Gi" || state(got) != "" {
 		t.Errorf("capacity %s state %q, want 10Gi done", storage(got.Status.Capacity), state(got))

@@ -93,6 +93,16 @@ func untouched(t *testing.T, e *scenario.Env, when, rv string, calls int) {
 	})
 }
 
+// uncertainAfter is the state an uncertain driver error leaves: ControllerResizeInProgress
+// with a ControllerResizeError condition of the error's code.
+func uncertainAfter(code string) func(*v1.PersistentVolumeClaim) (bool, string) {
+	return func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		c := scenario.Condition(pvc, v1.PersistentVolumeClaimControllerResizeError)
+		return c != nil && c.Reason == code && scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInProgress,
+			"want ControllerResizeInProgress with a " + code + " condition"
+	}
+}
+
 // Scenario 4, KEP-1790 Cases 3 and 5: after a non-final error the outcome is unknown, so a
 // lower request must not change the target.
 func TestUncertainErrorKeepsAllocatedSize(t *testing.T) {
@@ -100,11 +110,7 @@ func TestUncertainErrorKeepsAllocatedSize(t *testing.T) {
 	e.NewClaim(t, "data", "1Gi")
 	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.DeadlineExceeded, Message: "backend is slow"}})
 	e.SetRequest(t, "data", "10Gi")
-	e.WaitClaim(t, "data", resizeTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
-		c := scenario.Condition(pvc, v1.PersistentVolumeClaimControllerResizeError)
-		return c != nil && c.Reason == "DeadlineExceeded" && scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInProgress,
-			"want ControllerResizeInProgress with a DeadlineExceeded condition"
-	})
+	e.WaitClaim(t, "data", resizeTimeout, uncertainAfter("DeadlineExceeded"))
 
 	e.SetRequest(t, "data", "3Gi")
 	lowered := time.Now()
@@ -140,11 +146,7 @@ func TestRaisedRequestAfterUncertainErrorStartsAtOnce(t *testing.T) {
 	vol := pv.Spec.CSI.VolumeHandle
 	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.Unavailable, Message: "backend restarting"}})
 	e.SetRequest(t, "data", "10Gi")
-	e.WaitClaim(t, "data", resizeTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
-		c := scenario.Condition(pvc, v1.PersistentVolumeClaimControllerResizeError)
-		return c != nil && c.Reason == "Unavailable" && scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInProgress,
-			"want ControllerResizeInProgress with an Unavailable condition"
-	})
+	e.WaitClaim(t, "data", resizeTimeout, uncertainAfter("Unavailable"))
 	if err := e.Resizer.Kill(); err != nil {
 		t.Fatal(err)
 	}
