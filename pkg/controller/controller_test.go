@@ -147,28 +147,42 @@ func TestDriverErrors(t *testing.T) {
 	}
 }
 
-// TestBackoffFromThePVC: transient errors back off exponentially on the PVC's clock, so a
-// restarted resizer waits as long as the one before it.
+// TestBackoffFromThePVC: errors that are not infeasible back off exponentially on the PVC's
+// clock, so a restarted resizer waits as long as the one before it; also for final errors,
+// whose condition each attempt removes, and in legacy mode.
 func TestBackoffFromThePVC(t *testing.T) {
-	pvc, pv := claim("data", "10Gi", "1Gi")
-	f := newFixture(t, Config{}, pvc, pv)
-	f.driver.always = &answer{err: grpcErr(codes.DeadlineExceeded, "slow")}
-	var waits []time.Duration
-	for range 5 {
-		wait := f.sync("data")
-		waits = append(waits, wait)
-		if again := f.start(Config{}).sync("data"); again != wait {
-			t.Errorf("after a restart the wait is %v, before it %v", again, wait)
-		}
-		f.clock.step(wait)
-	}
-	for i := 1; i < len(waits); i++ {
-		if waits[i] <= waits[i-1] && waits[i] < retryMax {
-			t.Errorf("waits %v do not grow", waits)
-		}
-	}
-	if n := f.driver.count(); n != 5 {
-		t.Errorf("%d calls, want 5", n)
+	for _, tc := range []struct {
+		name   string
+		code   codes.Code
+		legacy bool
+	}{
+		{"transient", codes.DeadlineExceeded, false},
+		{"final", codes.Internal, false},
+		{"legacy transient", codes.DeadlineExceeded, true},
+		{"legacy final", codes.Internal, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pvc, pv := claim("data", "10Gi", "1Gi")
+			f := newFixture(t, Config{Legacy: tc.legacy}, pvc, pv)
+			f.driver.always = &answer{err: grpcErr(tc.code, "no")}
+			var waits []time.Duration
+			for range 6 {
+				wait := f.sync("data")
+				waits = append(waits, wait)
+				if again := f.start(Config{Legacy: tc.legacy}).sync("data"); again != wait {
+					t.Errorf("after a restart the wait is %v, before it %v", again, wait)
+				}
+				f.clock.step(wait)
+			}
+			for i := 1; i < len(waits); i++ {
+				if waits[i] <= waits[i-1] && waits[i] < retryMax {
+					t.Errorf("waits %v do not grow", waits)
+				}
+			}
+			if n := f.driver.count(); n != 6 {
+				t.Errorf("%d calls, want 6", n)
+			}
+		})
 	}
 }
 

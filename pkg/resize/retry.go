@@ -23,7 +23,7 @@ const ReasonFailedPrecondition = "FailedPrecondition"
 //   - an infeasible failure (ControllerResizeInfeasible, NodeResizeInfeasible, or in legacy mode
 //     an infeasible ControllerResizeError) is retried retry.Max after the failure;
 //   - any other driver error backs off exponentially: the wait before the next attempt is the
-//     time the PVC has been failing (lastProbeTime − lastTransitionTime of the condition) plus
+//     time the PVC has been failing (from failingSince to the condition's lastProbeTime) plus
 //     retry.Start, at most retry.Max, which doubles the interval on every failure as a
 //     rate-limited work queue would, without a counter that a restart loses.
 //
@@ -48,7 +48,7 @@ func RetryWait(pvc *v1.PersistentVolumeClaim, o Observed, p Plan, failed *resour
 	}
 	interval := r.Max
 	if !infeasible {
-		interval = min(r.Max, r.Start+at.Sub(cond.LastTransitionTime.Time))
+		interval = min(r.Max, r.Start+at.Sub(failingSince(pvc, cond)))
 	}
 	// Condition times have a precision of one second (they are truncated): the failure
 	// happened before the end of that second, so count from there, never earlier.
@@ -66,6 +66,19 @@ func failureCondition(pvc *v1.PersistentVolumeClaim, o Observed) (*v1.Persistent
 	}
 	infeasible := o.State == v1.PersistentVolumeClaimControllerResizeInfeasible || (o.Legacy && o.LastError == ClassInfeasible)
 	return findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError), infeasible
+}
+
+// failingSince is when the run of failed attempts began: the error condition's
+// lastTransitionTime, or the Resizing condition's when earlier. Resizing stays True from the
+// first attempt until the expansion succeeds or turns infeasible, while a final error's
+// condition is removed before each attempt (StartedStatus) and starts again at the next failure.
+func failingSince(pvc *v1.PersistentVolumeClaim, cond *v1.PersistentVolumeClaimCondition) time.Time {
+	since := cond.LastTransitionTime.Time
+	if r := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimResizing); r != nil && r.Status == v1.ConditionTrue &&
+		!r.LastTransitionTime.IsZero() && r.LastTransitionTime.Time.Before(since) {
+		since = r.LastTransitionTime.Time
+	}
+	return since
 }
 
 func latest(a, b time.Time) time.Time {

@@ -28,6 +28,7 @@ func TestRetryWait(t *testing.T) {
 		{"first transient failure: start", "10Gi", statusAt("1Gi", "10Gi", v1.PersistentVolumeClaimControllerResizeInProgress, failing("Unavailable", 0, 0)), false, nil, 0, 2 * time.Second},
 		{"failing for 7s: 8s", "10Gi", statusAt("1Gi", "10Gi", v1.PersistentVolumeClaimControllerResizeInProgress, failing("Unavailable", 0, 7)), false, nil, 7, 9 * time.Second},
 		{"failing for an hour: max", "10Gi", statusAt("1Gi", "10Gi", v1.PersistentVolumeClaimControllerResizeInProgress, failing("Unavailable", 0, 3600)), false, nil, 3600, 61 * time.Second},
+		{"final errors counted from the Resizing condition", "10Gi", statusAt("1Gi", "10Gi", v1.PersistentVolumeClaimControllerResizeInProgress, cond(v1.PersistentVolumeClaimResizing, "", mt(0)), failing("Internal", 7, 7)), false, nil, 7, 9 * time.Second},
 		{"lowered request keeps the transient wait", "3Gi", statusAt("1Gi", "10Gi", v1.PersistentVolumeClaimControllerResizeInProgress, failing("Unavailable", 0, 0)), false, nil, 0, 2 * time.Second},
 		{"infeasible: max after the failure", "10Gi", statusAt("1Gi", "10Gi", v1.PersistentVolumeClaimControllerResizeInfeasible, failing("OutOfRange", 0, 0)), false, nil, 30, 31 * time.Second},
 		{"infeasible, new request: at once", "3Gi", statusAt("1Gi", "10Gi", v1.PersistentVolumeClaimControllerResizeInfeasible, failing("OutOfRange", 0, 0)), false, nil, 0, 0},
