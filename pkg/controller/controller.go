@@ -66,7 +66,8 @@ type Config struct {
 
 	RetryIntervalStart time.Duration
 	RetryIntervalMax   time.Duration
-	// HandleVolumeInUse enables the in-use check for offline expansion (rule 9).
+	// HandleVolumeInUse enables the in-use check for offline expansion
+	// (docs/design.md §2.3 rule 9).
 	HandleVolumeInUse bool
 	// Legacy is RecoverVolumeExpansionFailure=false.
 	Legacy bool
@@ -266,8 +267,8 @@ func (c *Controller) retryWait(key string, pvc *v1.PersistentVolumeClaim, obs re
 }
 
 // volumeOf returns the PV of a bound PVC when the PV belongs to this driver and its claimRef
-// points back at this very PVC (rule 1). The UID must match too, as upstream requires: a
-// claimRef without one (pre-bound by name, not yet confirmed by the PV controller) or with
+// points back at this very PVC (docs/design.md §2.3 rule 1). The UID must match too, as
+// upstream requires: a claimRef without one (pre-bound by name, not yet confirmed by the PV controller) or with
 // another's (a deleted claim of the same name) does not prove the volume is this claim's.
 func (c *Controller) volumeOf(pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolume, bool) {
 	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != v1.ClaimBound {

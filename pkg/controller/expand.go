@@ -26,8 +26,8 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 		c.cfg.Recorder.Event(pvc, v1.EventTypeWarning, EventResizeFailed, err.Error())
 		return 0, err
 	}
-	// Rule 3: record the target before calling the driver, guarded by resourceVersion so a
-	// decision taken on a stale PVC is never written.
+	// docs/design.md §2.3 rule 3: record the target before calling the driver, guarded by
+	// resourceVersion so a decision taken on a stale PVC is never written.
 	written, err := c.writeStatus(ctx, key, pvc, resize.StartedStatus(pvc.Status, plan, c.cfg.Legacy, c.now()))
 	if err != nil {
 		return 0, err
@@ -58,7 +58,8 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	return 0, nil
 }
 
-// expansionFailed records a failed ControllerExpandVolume (rule 6) and says when to retry.
+// expansionFailed records a failed ControllerExpandVolume (docs/design.md §2.3 rule 6) and says
+// when to retry.
 func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan, callErr error) (time.Duration, error) {
 	ce := resize.ClassifyError(callErr)
 	c.obs.Failed(key, ce)
@@ -75,8 +76,8 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 	if err != nil {
 		return 0, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err)
 	}
-	// Rule 9: after FAILED_PRECONDITION, likely an offline-only driver and a pod still using
-	// the volume; the pod watcher queues the PVC when the pod goes.
+	// docs/design.md §2.3 rule 9: after FAILED_PRECONDITION, likely an offline-only driver and
+	// a pod still using the volume; the pod watcher queues the PVC when the pod goes.
 	if waiting, err := c.waitForPods(ctx, written); err != nil || waiting {
 		return 0, err
 	}
@@ -86,7 +87,8 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 }
 
 // waitForPods reports whether the expansion must wait because a pod uses a volume that can
-// only be expanded offline (rule 9). The pod watcher tells the queue when the pod goes.
+// only be expanded offline (docs/design.md §2.3 rule 9). The pod watcher tells the queue when
+// the pod goes.
 func (c *Controller) waitForPods(ctx context.Context, pvc *v1.PersistentVolumeClaim) (bool, error) {
 	if !resize.WaitsForPods(pvc, c.cfg.HandleVolumeInUse, c.cfg.Driver.OfflineOnly) {
 		return false, nil
