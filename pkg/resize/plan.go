@@ -1,6 +1,8 @@
 // Package resize holds the KEP-1790 decision of the csi-resizer sidecar: given what is observed
 // of one PVC and its PV, which size to expand to, whether a recovery to a lower size is allowed,
-// and which status the PVC must carry before and after the driver call.
+// which status the PVC must carry before and after the driver call, how long a failed
+// expansion waits before its retry (retry.go), whether it waits for pods first, and what became
+// of a node step. The controller only carries these decisions out.
 //
 // Everything here is a pure function of its arguments: no API calls, no clocks read, no memory
 // kept between calls. That is what lets a restarted resizer make the same decision as the one
