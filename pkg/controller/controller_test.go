@@ -336,8 +336,8 @@ func TestVolumeInUse(t *testing.T) {
 	if n := f.driver.count(); n != 1 {
 		t.Errorf("%d calls while the pod uses the volume, want 1", n)
 	}
-	if n := f.eventsWith(EventResizeFailed); n != 2 {
-		t.Errorf("%d %s events, want 2 (the driver's answer, the wait once)", n, EventResizeFailed)
+	if n := f.eventsWith(EventResizeFailed); n != 1 {
+		t.Errorf("%d %s events, want 1: the driver's answer tells of the wait", n, EventResizeFailed)
 	}
 	if err := f.client.CoreV1().Pods(ns).Delete(f.ctx, "app", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 // expandController carries out an ExpandController plan: record the target, call the driver,
 // record its answer.
 func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan resize.Plan) (time.Duration, error) {
-	if waiting, err := c.waitForPods(ctx, pvc); err != nil || waiting {
+	if waiting, err := c.waitForPods(ctx, pvc, true); err != nil || waiting {
 		return 0, err
 	}
 	req, err := c.expandRequest(ctx, pv, plan.Target)
@@ -78,7 +78,8 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 	}
 	// docs/design.md §2.3 rule 9: after FAILED_PRECONDITION, likely an offline-only driver and
 	// a pod still using the volume; the pod watcher queues the PVC when the pod goes.
-	if waiting, err := c.waitForPods(ctx, written); err != nil || waiting {
+	// The driver's answer, just reported, tells the user of the wait already.
+	if waiting, err := c.waitForPods(ctx, written, false); err != nil || waiting {
 		return 0, err
 	}
 	// The retry runs on the PVC's clock, as the sync woken by this write's echo computes it.
@@ -88,13 +89,13 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 
 // waitForPods reports whether the expansion must wait because a pod uses a volume that can
 // only be expanded offline (docs/design.md §2.3 rule 9). The pod watcher tells the queue when
-// the pod goes.
-func (c *Controller) waitForPods(ctx context.Context, pvc *v1.PersistentVolumeClaim) (bool, error) {
+// the pod goes. A wait is reported once, with an event when report is set.
+func (c *Controller) waitForPods(ctx context.Context, pvc *v1.PersistentVolumeClaim, report bool) (bool, error) {
 	if !resize.WaitsForPods(pvc, c.cfg.HandleVolumeInUse, c.cfg.Driver.OfflineOnly) {
 		return false, nil
 	}
 	inUse, first, err := c.pods.Wait(ctx, pvc.Namespace, pvc.Name)
-	if first {
+	if first && report {
 		klog.FromContext(ctx).V(2).Info("Volume in use by a pod and the driver needs it offline: waiting for the pod to go")
 		c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed,
 			"CSI driver %s can only expand volumes that no pod uses; the expansion waits until the pods using this claim are gone", c.cfg.Driver.Name)

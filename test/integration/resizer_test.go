@@ -331,8 +331,8 @@ func TestFailedPreconditionWaitsForPod(t *testing.T) {
 		t.Errorf("VolumeResizeFailed event %q, want the driver's FailedPrecondition answer", ev.Message)
 	}
 	// With a 200ms..1s backoff a retry storm would make several calls in this window, and
-	// repeat the warning. (The resizer does not look at the PVC again while it waits: the echo
-	// of its own status write is ignored, and the pod watcher wakes it when the pod goes.)
+	// repeat the warning. (The echo of the resizer's own status write finds the pod still
+	// there and waits on; the pod watcher wakes it when the pod goes.)
 	framework.Consistently(t, 5*time.Second, func() (bool, string) {
 		calls := e.Driver.VolumeCalls(t, vol)
 		evs := e.Events(t, "data", "VolumeResizeFailed")
