@@ -7,12 +7,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
+	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
 // expandController carries out an ExpandController plan: record the target, call the driver,
@@ -150,36 +149,17 @@ func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.Persis
 	return nil
 }
 
-// maxOutcomeConflicts bounds how often recordOutcome re-reads a PVC that keeps changing under
-// it. Past it the answer is left unrecorded and the sync fails: the state the pre-call write
-// left (ControllerResizeInProgress at the target) makes the retry repeat the idempotent call.
-const maxOutcomeConflicts = 3
-
-// recordOutcome writes the status that records the driver's answer, guarded by resourceVersion
-// like every status write: the conditions list is written whole, and an unguarded write would
-// drop a condition another component set during the call. The answer is known and must not
-// cost a second driver call, so on a conflict (the PVC changed during the call: a new request,
-// someone else's condition) the PVC is read again from the API, not from a cache that may be
-// behind, and outcome is applied to what it holds now. Only a conflict costs that read.
+// recordOutcome writes the status that records the driver's answer (status.WriteOutcome). The
+// cache may still hold a version the PVC read again replaces, this process's own pre-call
+// write: deciding on it would call the driver again, so it is recorded as replaced.
 func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
-	for conflicts := 0; ; conflicts++ {
-		out, err := c.writeStatus(ctx, key, pvc, outcome(pvc.Status))
-		if err == nil || !apierrors.IsConflict(err) || conflicts == maxOutcomeConflicts {
-			return out, err
-		}
-		klog.FromContext(ctx).V(2).Info("The PVC changed during the driver call; recording the answer over its latest version", "resourceVersion", pvc.ResourceVersion)
-		latest, getErr := c.cfg.Client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
-		if getErr != nil {
-			return nil, errors.Join(err, fmt.Errorf("reading PVC %s/%s again: %w", pvc.Namespace, pvc.Name, getErr))
-		}
-		if latest.UID != pvc.UID {
-			return nil, fmt.Errorf("PVC %s/%s was deleted and re-created during the driver call; its answer is not recorded on the new object", pvc.Namespace, pvc.Name)
-		}
-		// The cache may still hold pvc, this process's own pre-call write: it is replaced
-		// as surely as by a write of ours, and deciding on it would call the driver again.
-		c.fresh.Wrote(key, pvc.ResourceVersion, latest.ResourceVersion)
-		pvc = latest
-	}
+	return status.WriteOutcome(ctx, c.cfg.Client, pvc, outcome,
+		func(p *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+			return c.writeStatus(ctx, key, p, st)
+		},
+		func(old, latest *v1.PersistentVolumeClaim) {
+			c.fresh.Wrote(key, old.ResourceVersion, latest.ResourceVersion)
+		})
 }
 
 // writeStatus patches the PVC status, guarded by resourceVersion, records the write for the
