@@ -60,6 +60,21 @@ func TestResizeCost(t *testing.T) {
 	if v := f.metric("csi_resizer_state_transitions_total", map[string]string{"from": "none", "to": "ControllerResizeInProgress"}); v != 1 {
 		t.Errorf("%v transitions none -> ControllerResizeInProgress, want 1", v)
 	}
+	if f.ctrl.pods.Started() {
+		t.Error("the pod informer started for a driver that expands online")
+	}
+}
+
+// TestLegacyMode: without RecoverVolumeExpansionFailure only capacity and conditions are
+// written, never allocated*.
+func TestLegacyMode(t *testing.T) {
+	pvc, pv := claim("data", "2Gi", "1Gi")
+	f := newFixture(t, Config{Legacy: true}, pvc, pv)
+	f.sync("data")
+	got := f.pvc("data")
+	if storage(got.Status.Capacity) != "2Gi" || got.Status.AllocatedResources != nil || got.Status.AllocatedResourceStatuses != nil {
+		t.Errorf("capacity %s, allocated %v %v; want 2Gi and no allocated*", storage(got.Status.Capacity), got.Status.AllocatedResources, got.Status.AllocatedResourceStatuses)
+	}
 }
 
 // TestNodeExpansionRequired: the resizer hands over to the node, leaves the PVC alone while the
