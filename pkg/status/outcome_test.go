@@ -40,7 +40,9 @@ func TestWriteOutcome(t *testing.T) {
 	}
 	var replaced [][2]string
 	out, err := status.WriteOutcome(ctx, fake.NewClientset(stored), cached, grow, write,
-		func(old, latest *v1.PersistentVolumeClaim) { replaced = append(replaced, [2]string{old.ResourceVersion, latest.ResourceVersion}) })
+		func(old, latest *v1.PersistentVolumeClaim) {
+			replaced = append(replaced, [2]string{old.ResourceVersion, latest.ResourceVersion})
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
