@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
-	"github.com/csi-resizer/csi-resizer/pkg/internal/csitest"
+	"github.com/csi-resizer/csi-resizer/test/csitest"
 )
 
 // dial connects to the test driver without csi.Connect, which exits the process when the

@@ -39,6 +39,9 @@ type Tracker struct {
 	mu       sync.Mutex
 	informer cache.SharedIndexInformer
 	synced   chan struct{}
+	// waiting are the claims Wait found in use and has not found free since, so that a wait
+	// is reported once, not on every look.
+	waiting map[string]bool
 }
 
 // New returns a tracker that has not started watching yet; once started, its informer runs
@@ -77,6 +80,28 @@ func (t *Tracker) Start(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the pod informer to sync: %w", ctx.Err())
 	}
+}
+
+// Wait starts the tracker if needed and reports whether a pod uses the claim, and whether this
+// is the first look that finds it so since it was last free (the wait is new: report it).
+func (t *Tracker) Wait(ctx context.Context, namespace, claim string) (inUse, first bool, err error) {
+	if err := t.Start(ctx); err != nil {
+		return false, false, err
+	}
+	inUse = t.InUse(namespace, claim)
+	key := namespace + "/" + claim
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !inUse {
+		delete(t.waiting, key)
+		return false, false, nil
+	}
+	if t.waiting == nil {
+		t.waiting = map[string]bool{}
+	}
+	first = !t.waiting[key]
+	t.waiting[key] = true
+	return true, first, nil
 }
 
 // InUse reports whether a pod scheduled to a node, and not finished, uses the claim. Start must
@@ -136,6 +161,13 @@ func (t *Tracker) newInformer() cache.SharedIndexInformer {
 }
 
 func (t *Tracker) release(p *podClaims) {
+	// A released claim's wait is over (or, if another pod holds it, reported again): what
+	// Wait keeps is bounded by the pods that exist, deleted claims included.
+	t.mu.Lock()
+	for _, k := range p.claimKeys {
+		delete(t.waiting, k)
+	}
+	t.mu.Unlock()
 	if t.onRelease == nil || len(p.claimKeys) == 0 {
 		return
 	}

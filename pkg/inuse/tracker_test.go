@@ -9,15 +9,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/csi-resizer/csi-resizer/pkg/internal/kubetest"
+	"k8s.io/client-go/kubernetes/fake"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 func pod(ns, name string, phase v1.PodPhase, claims ...string) *v1.Pod {
 	p := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), ResourceVersion: "1",
 			Labels: map[string]string{"app": "x"}, Annotations: map[string]string{"big": "value"}},
 		Spec: v1.PodSpec{
 			NodeName:   "node-1",
@@ -80,7 +79,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestTracker(t *testing.T) {
-	kube := kubetest.NewClientset([]runtime.Object{
+	kube := fake.NewClientset(
 		pod("a", "running", v1.PodRunning, "data", "logs"),
 		pod("a", "pending", v1.PodPending, "queued"),
 		unscheduled(pod("a", "unplaced", v1.PodPending, "waiting")),
@@ -89,7 +88,9 @@ func TestTracker(t *testing.T) {
 		pod("a", "done", v1.PodSucceeded, "finished"),
 		pod("a", "crashed", v1.PodFailed, "failed"),
 		pod("b", "other-ns", v1.PodRunning, "elsewhere"),
-	})
+	)
+	pods := func(ns string) typedcorev1.PodInterface { return kube.CoreV1().Pods(ns) }
+	ctx := context.Background()
 	life, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rel := &released{}
@@ -108,7 +109,11 @@ func TestTracker(t *testing.T) {
 	if err := tr.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if v := kube.Verbs(); v["list pods"] != 1 || v["watch pods"] != 1 || len(v) != 2 {
+	v := map[string]int{}
+	for _, a := range kube.Actions() {
+		v[a.GetVerb()+" "+a.GetResource().Resource]++
+	}
+	if v["list pods"] != 1 || v["watch pods"] != 1 || len(v) != 2 {
 		t.Errorf("API requests after two Starts: %v, want one list and one watch of pods", v)
 	}
 
@@ -133,6 +138,16 @@ func TestTracker(t *testing.T) {
 		}
 	}
 
+	// Wait reports a wait once, until the claim is free again.
+	for i, want := range []bool{true, false} {
+		if inUse, first, err := tr.Wait(ctx, "a", "logs"); err != nil || !inUse || first != want {
+			t.Errorf("Wait #%d: in use %v, first %v, err %v; want true, %v", i+1, inUse, first, err, want)
+		}
+	}
+	if inUse, first, _ := tr.Wait(ctx, "a", "unused"); inUse || first {
+		t.Errorf("Wait on an unused claim: in use %v, first %v", inUse, first)
+	}
+
 	// The cache keeps only what the check reads: identity, claim keys, finished.
 	for _, obj := range tr.informer.GetStore().List() {
 		p, ok := obj.(*podClaims)
@@ -150,15 +165,12 @@ func TestTracker(t *testing.T) {
 	}
 
 	// A pod that finishes or goes away releases its claims.
-	err := kube.Mutate(kubetest.Pods, "a", "running", func(o runtime.Object) { o.(*v1.Pod).Status.Phase = v1.PodSucceeded })
-	if err != nil {
-		t.Fatal(err)
-	}
+	mutate(t, pods("a"), "running", func(p *v1.Pod) { p.Status.Phase = v1.PodSucceeded })
 	waitFor(t, "a/data to be released", func() bool { return rel.has("a/data") && rel.has("a/logs") })
 	if tr.InUse("a", "data") {
 		t.Error("a/data in use after its pod succeeded")
 	}
-	if err := kube.Delete(kubetest.Pods, "b", "other-ns"); err != nil {
+	if err := pods("b").Delete(ctx, "other-ns", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "b/elsewhere to be released", func() bool { return rel.has("b/elsewhere") })
@@ -166,15 +178,13 @@ func TestTracker(t *testing.T) {
 		t.Error("b/elsewhere in use after its pod was deleted")
 	}
 	// A pod the scheduler places becomes a user; one deleted before that released nothing.
-	if err := kube.Mutate(kubetest.Pods, "a", "unplaced", func(o runtime.Object) { o.(*v1.Pod).Spec.NodeName = "node-2" }); err != nil {
-		t.Fatal(err)
-	}
+	mutate(t, pods("a"), "unplaced", func(p *v1.Pod) { p.Spec.NodeName = "node-2" })
 	waitFor(t, "a/waiting to be in use once its pod is scheduled", func() bool { return tr.InUse("a", "waiting") })
-	if err := kube.Delete(kubetest.Pods, "a", "unplaced-2"); err != nil {
+	if err := pods("a").Delete(ctx, "unplaced-2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A new pod makes a claim used again.
-	if err := kube.Add(pod("a", "new", v1.PodRunning, "finished")); err != nil {
+	if _, err := pods("a").Create(ctx, pod("a", "new", v1.PodRunning, "finished"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a/finished to be in use", func() bool { return tr.InUse("a", "finished") })
@@ -184,7 +194,7 @@ func TestTracker(t *testing.T) {
 }
 
 func TestTrackerStartGivesUp(t *testing.T) {
-	kube := kubetest.NewClientset(nil)
+	kube := fake.NewClientset()
 	// The informer's lifetime has ended: it can never sync.
 	life, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -243,5 +253,18 @@ func TestSlimPod(t *testing.T) {
 	out, _ = slimPod(withEphemeral(pod("a", "web-1", v1.PodRunning, "data"), "cache"))
 	if want := []string{"a/data", "a/web-1-cache"}; !slices.Equal(out.(*podClaims).claimKeys, want) {
 		t.Errorf("claims of a pod with an ephemeral volume = %v, want %v", out.(*podClaims).claimKeys, want)
+	}
+}
+
+// mutate changes a pod in the API.
+func mutate(t *testing.T, pods typedcorev1.PodInterface, name string, change func(*v1.Pod)) {
+	t.Helper()
+	p, err := pods.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(p)
+	if _, err := pods.Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -63,9 +63,14 @@ func ExpandedStatus(st v1.PersistentVolumeClaimStatus, p Plan, newSize resource.
 	st = *st.DeepCopy()
 	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimResizing)
 	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimControllerResizeError)
+	// allocatedResources never below the size the volume now has (docs/design.md §2.3 rule 4):
+	// quota counts max(request, allocated), and a driver that returns more than asked (a
+	// recovery to 3Gi on a backend that already holds 10Gi) would otherwise leave it counting
+	// 7Gi less than the volume holds.
+	allocated := maxQ(p.Target, newSize)
 	if nodeExpansionRequired {
 		if !legacy {
-			setAllocated(&st, p.Target, v1.PersistentVolumeClaimNodeResizePending)
+			setAllocated(&st, allocated, v1.PersistentVolumeClaimNodeResizePending)
 		}
 		// A node error from an earlier attempt (Case 2) is history once the node gets a new
 		// target.
@@ -80,6 +85,10 @@ func ExpandedStatus(st v1.PersistentVolumeClaimStatus, p Plan, newSize resource.
 	}
 	st.Capacity[v1.ResourceStorage] = newSize.DeepCopy()
 	if !legacy {
+		if st.AllocatedResources == nil {
+			st.AllocatedResources = v1.ResourceList{}
+		}
+		st.AllocatedResources[v1.ResourceStorage] = allocated
 		delete(st.AllocatedResourceStatuses, v1.ResourceStorage)
 		if len(st.AllocatedResourceStatuses) == 0 {
 			st.AllocatedResourceStatuses = nil

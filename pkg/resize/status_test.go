@@ -205,6 +205,18 @@ func TestExpandedStatus(t *testing.T) {
 		wantPlan(t, "after", PlanExpansion(Observe(pvc, nil, false, false)), Nothing, "", false, false)
 	})
 
+	// Issue 15, bug 2: a recovery to 3Gi on a backend that already holds 10Gi. The driver
+	// answers 10Gi; quota counts max(request, allocated), so allocated must cover it.
+	for _, node := range []bool{false, true} {
+		t.Run(fmt.Sprintf("driver returns more than asked: allocated covers it (node expansion %v)", node), func(t *testing.T) {
+			st := StartedStatus(statusAt("1Gi", "10Gi", v1.PersistentVolumeClaimControllerResizeInfeasible), planTo("3Gi"), false, mt(2))
+			got := ExpandedStatus(st, planTo("3Gi"), q("10Gi"), node, false, mt(5))
+			if a, _ := allocOf(got); a.Cmp(q("10Gi")) != 0 {
+				t.Errorf("allocatedResources = %s, want 10Gi: never below the size the driver returned", a.String())
+			}
+		})
+	}
+
 	t.Run("no node expansion on a status without capacity", func(t *testing.T) {
 		got := ExpandedStatus(v1.PersistentVolumeClaimStatus{}, planTo("5Gi"), q("5Gi"), false, false, mt(5))
 		if c := got.Capacity[v1.ResourceStorage]; c.Cmp(q("5Gi")) != 0 {

@@ -181,7 +181,7 @@ func TestPrometheusScrapesInfeasibleRecovery(t *testing.T) {
 		"timeseries Expansion duration (last hour)": rowsWith(map[string]string{"result": "success"}, true),
 		"timeseries State transitions / min":        rowsWith(map[string]string{"from": "none", "to": "ControllerResizeInProgress"}, true),
 		"timeseries CSI calls / s by code":          rowsWith(map[string]string{"method_name": "/csi.v1.Controller/ControllerExpandVolume"}, false),
-		"timeseries Work queue depth":               rowsWith(map[string]string{"name": "csi-resizer"}, false),
+		"timeseries Work queue depth":               rowsWith(map[string]string{"name": e.Driver.Name + "-pvc"}, false), // upstream's queue name
 	})
 
 	// The rules once more with the recovery counters present; the infeasible alert is gone and

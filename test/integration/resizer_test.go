@@ -93,6 +93,16 @@ func untouched(t *testing.T, e *scenario.Env, when, rv string, calls int) {
 	})
 }
 
+// uncertainAfter is the state an uncertain driver error leaves: ControllerResizeInProgress
+// with a ControllerResizeError condition of the error's code.
+func uncertainAfter(code string) func(*v1.PersistentVolumeClaim) (bool, string) {
+	return func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		c := scenario.Condition(pvc, v1.PersistentVolumeClaimControllerResizeError)
+		return c != nil && c.Reason == code && scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInProgress,
+			"want ControllerResizeInProgress with a " + code + " condition"
+	}
+}
+
 // Scenario 4, KEP-1790 Cases 3 and 5: after a non-final error the outcome is unknown, so a
 // lower request must not change the target.
 func TestUncertainErrorKeepsAllocatedSize(t *testing.T) {
@@ -100,11 +110,7 @@ func TestUncertainErrorKeepsAllocatedSize(t *testing.T) {
 	e.NewClaim(t, "data", "1Gi")
 	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.DeadlineExceeded, Message: "backend is slow"}})
 	e.SetRequest(t, "data", "10Gi")
-	e.WaitClaim(t, "data", resizeTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
-		c := scenario.Condition(pvc, v1.PersistentVolumeClaimControllerResizeError)
-		return c != nil && c.Reason == "DeadlineExceeded" && scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInProgress,
-			"want ControllerResizeInProgress with a DeadlineExceeded condition"
-	})
+	e.WaitClaim(t, "data", resizeTimeout, uncertainAfter("DeadlineExceeded"))
 
 	e.SetRequest(t, "data", "3Gi")
 	lowered := time.Now()
@@ -126,6 +132,42 @@ func TestUncertainErrorKeepsAllocatedSize(t *testing.T) {
 		if c.RequiredBytes != bytesOf("10Gi") {
 			t.Errorf("driver asked for %d bytes at %s; every call must ask for the allocated 10Gi", c.RequiredBytes, c.Time)
 		}
+	}
+}
+
+// Issue 15, bug 1: after an uncertain error the user raises the request above
+// allocatedResources. The retry, here by a restarted resizer with no backoff pending, expands to
+// the allocated size (KEP-1790) and succeeds with no node step; the expansion to the new request
+// must then start at once, woken by the echo of that success write, not at the next resync
+// (10 minutes).
+func TestRaisedRequestAfterUncertainErrorStartsAtOnce(t *testing.T) {
+	e := startMock(t, scenario.Options{ResizerArgs: []string{"--retry-interval-start=500ms", "--retry-interval-max=2s"}})
+	_, pv := e.NewClaim(t, "data", "1Gi")
+	vol := pv.Spec.CSI.VolumeHandle
+	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.Unavailable, Message: "backend restarting"}})
+	e.SetRequest(t, "data", "10Gi")
+	e.WaitClaim(t, "data", resizeTimeout, uncertainAfter("Unavailable"))
+	if err := e.Resizer.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	e.SetRequest(t, "data", "20Gi")
+	e.Driver.ClearFaults(t)
+	restarted := time.Now()
+	e.Resizer.Restart(t)
+
+	// Well within the resync period: the second expansion is queued by the first one's echo.
+	pvc := e.WaitClaim(t, "data", time.Minute, scenario.Done("20Gi"))
+	if _, _, alloc := scenario.Storage(pvc); !scenario.Is(alloc, "20Gi") {
+		t.Errorf("allocatedResources = %s, want 20Gi", alloc.String())
+	}
+	var after []int64
+	for _, c := range e.Driver.VolumeCalls(t, vol) {
+		if c.Time.After(restarted) {
+			after = append(after, c.RequiredBytes)
+		}
+	}
+	if len(after) != 2 || after[0] != bytesOf("10Gi") || after[1] != bytesOf("20Gi") {
+		t.Errorf("calls after the restart asked for %v bytes, want the allocated 10Gi, then 20Gi", after)
 	}
 }
 
@@ -289,8 +331,8 @@ func TestFailedPreconditionWaitsForPod(t *testing.T) {
 		t.Errorf("VolumeResizeFailed event %q, want the driver's FailedPrecondition answer", ev.Message)
 	}
 	// With a 200ms..1s backoff a retry storm would make several calls in this window, and
-	// repeat the warning. (The resizer does not look at the PVC again while it waits: the echo
-	// of its own status write is ignored, and the pod watcher wakes it when the pod goes.)
+	// repeat the warning. (The echo of the resizer's own status write finds the pod still
+	// there and waits on; the pod watcher wakes it when the pod goes.)
 	framework.Consistently(t, 5*time.Second, func() (bool, string) {
 		calls := e.Driver.VolumeCalls(t, vol)
 		evs := e.Events(t, "data", "VolumeResizeFailed")

@@ -1,0 +1,175 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
+	"github.com/csi-resizer/csi-resizer/pkg/status"
+)
+
+// expandController carries out an ExpandController plan: record the target, call the driver,
+// record its answer.
+func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan resize.Plan) (time.Duration, error) {
+	if waiting, err := c.waitForPods(ctx, pvc, true); err != nil || waiting {
+		return 0, err
+	}
+	req, err := c.expandRequest(ctx, pv, plan.Target)
+	if err != nil {
+		c.cfg.Recorder.Event(pvc, v1.EventTypeWarning, EventResizeFailed, err.Error())
+		return 0, err
+	}
+	// docs/design.md §2.3 rule 3: record the target before calling the driver, guarded by
+	// resourceVersion so a decision taken on a stale PVC is never written.
+	written, err := c.writeStatus(ctx, key, pvc, resize.StartedStatus(pvc.Status, plan, c.cfg.Legacy, c.now()))
+	if err != nil {
+		return 0, err
+	}
+	c.obs.Started(key, plan)
+
+	klog.FromContext(ctx).V(2).Info("Calling ControllerExpandVolume", "volumeID", req.VolumeID, "requiredBytes", req.RequiredBytes)
+	res, callErr := c.cfg.Expander.Expand(ctx, req)
+	if callErr != nil {
+		return c.expansionFailed(ctx, key, written, plan, callErr)
+	}
+	newSize := *resource.NewQuantity(res.CapacityBytes, resource.BinarySI)
+	if newSize.Cmp(plan.Target) == 0 {
+		newSize = plan.Target.DeepCopy() // keep the user's notation (e.g. "2Gi")
+	}
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, res.NodeExpansionRequired)); err != nil {
+		// The volume did grow: the next attempt keeps the allocated size (state is still
+		// ControllerResizeInProgress with no final error) and the driver call is idempotent.
+		return 0, err
+	}
+	now := c.now()
+	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return resize.ExpandedStatus(st, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, now)
+	}); err != nil {
+		return 0, err
+	}
+	c.expanded(key, pvc, newSize, res.NodeExpansionRequired)
+	return 0, nil
+}
+
+// expansionFailed records a failed ControllerExpandVolume (docs/design.md §2.3 rule 6) and says
+// when to retry.
+func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan, callErr error) (time.Duration, error) {
+	ce := resize.ClassifyError(callErr)
+	c.obs.Failed(key, ce)
+	// The event goes out whether or not the PVC can record the error: it is the user's only
+	// word of the failure when the write fails.
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed, "expanding the volume to %s failed (%s, %s): %s", plan.Target.String(), ce.Reason, ce.Class, ce.Message)
+	if c.cfg.Legacy {
+		c.setLegacyFailed(key, &plan.Target)
+	}
+	now := c.now()
+	written, err := c.recordOutcome(ctx, key, pvc, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return resize.FailedStatus(st, ce, c.cfg.Legacy, now)
+	})
+	if err != nil {
+		return 0, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err)
+	}
+	// docs/design.md §2.3 rule 9: after FAILED_PRECONDITION, likely an offline-only driver and
+	// a pod still using the volume; the pod watcher queues the PVC when the pod goes.
+	// The driver's answer, just reported, tells the user of the wait already.
+	if waiting, err := c.waitForPods(ctx, written, false); err != nil || waiting {
+		return 0, err
+	}
+	// The retry runs on the PVC's clock, as the sync woken by this write's echo computes it.
+	obs := resize.Observe(written, nil, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
+	return max(time.Millisecond, c.retryWait(key, written, obs, resize.PlanExpansion(obs))), nil
+}
+
+// waitForPods reports whether the expansion must wait because a pod uses a volume that can
+// only be expanded offline (docs/design.md §2.3 rule 9). The pod watcher tells the queue when
+// the pod goes. A wait is reported once, with an event when report is set.
+func (c *Controller) waitForPods(ctx context.Context, pvc *v1.PersistentVolumeClaim, report bool) (bool, error) {
+	if !resize.WaitsForPods(pvc, c.cfg.HandleVolumeInUse, c.cfg.Driver.OfflineOnly) {
+		return false, nil
+	}
+	inUse, first, err := c.pods.Wait(ctx, pvc.Namespace, pvc.Name)
+	if first && report {
+		klog.FromContext(ctx).V(2).Info("Volume in use by a pod and the driver needs it offline: waiting for the pod to go")
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventResizeFailed,
+			"CSI driver %s can only expand volumes that no pod uses; the expansion waits until the pods using this claim are gone", c.cfg.Driver.Name)
+	}
+	return inUse, err
+}
+
+// expanded sends the event of a control-plane expansion that succeeded and tells the observer.
+func (c *Controller) expanded(key string, pvc *v1.PersistentVolumeClaim, newSize resource.Quantity, nodeRequired bool) {
+	old := pvc.Status.Capacity[v1.ResourceStorage]
+	c.setLegacyFailed(key, nil)
+	recovery, took := c.obs.Expanded(key, old, newSize, nodeRequired)
+	switch {
+	case nodeRequired:
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventFileSystemRequired,
+			"the volume was expanded to %s in the control plane; waiting for the node to expand the file system", newSize.String())
+	case recovery:
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeRecovered,
+			"recovered from a failed expansion: volume expanded from %s to %s in %s", old.String(), newSize.String(), took)
+	default:
+		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeSuccessful,
+			"volume expanded from %s to %s in %s", old.String(), newSize.String(), took)
+	}
+}
+
+// expandNodeOnly handles a driver without controller expansion: no CSI call, the PV capacity
+// is set (lowered only in the KEP-1790 Case 2 recovery) and the node takes over.
+func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, obs resize.Observed, plan resize.Plan) error {
+	nodeRequired := resize.NodeRequired(obs, plan)
+	// The PV first: the kubelet acts only once the PVC says NodeResizePending, and then it
+	// must find the new capacity on the PV.
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, plan.Target, c.preResizeAnnotation(pv, true)); err != nil {
+		return err
+	}
+	c.obs.Started(key, plan)
+	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, nodeRequired, c.cfg.Legacy, c.now())
+	if _, err := c.writeStatus(ctx, key, pvc, done); err != nil {
+		return err
+	}
+	c.expanded(key, pvc, plan.Target, nodeRequired)
+	return nil
+}
+
+// redriveNode puts a PVC whose node expansion failed back in the node's hands.
+func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan) error {
+	if _, err := c.writeStatus(ctx, key, pvc, resize.RedrivenStatus(pvc.Status, plan, c.now())); err != nil {
+		return err
+	}
+	c.obs.HandedToNode(key, pvc.Status.Capacity[v1.ResourceStorage], plan.Target)
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventFileSystemRequired,
+		"the node failed to expand the volume, which already has %s in the control plane; asking the node to retry", plan.Target.String())
+	return nil
+}
+
+// recordOutcome writes the status that records the driver's answer (status.WriteOutcome). The
+// cache may still hold a version the PVC read again replaces, this process's own pre-call
+// write: deciding on it would call the driver again, so it is recorded as replaced.
+func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+	return status.WriteOutcome(ctx, c.cfg.Client, pvc, outcome,
+		func(p *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+			return c.writeStatus(ctx, key, p, st)
+		},
+		func(old, latest *v1.PersistentVolumeClaim) {
+			c.fresh.Wrote(key, old.ResourceVersion, latest.ResourceVersion)
+		})
+}
+
+// writeStatus patches the PVC status, guarded by resourceVersion, records the write for the
+// freshness check and tells the observer of the state transition.
+func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, true)
+	if err != nil {
+		return nil, err
+	}
+	c.fresh.Wrote(key, pvc.ResourceVersion, out.ResourceVersion)
+	c.obs.Transition(pvc.Status, out.Status)
+	return out, nil
+}
