@@ -151,4 +151,3 @@ func TestHasInTreeSource(t *testing.T) {
 		t.Error("HasInTreeSource: want true for EBS only")
 	}
 }
-
