@@ -644,7 +644,7 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 	// The echo of this write can reach the update handler before the write returns its
 	// resourceVersion: until then the handler holds the updates it sees (see claimUpdated).
 	c.remember(key, func(m *claimMemory) { m.writing = true })
-	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, guard)
+	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, nil, guard)
 	requeue := false
 	c.remember(key, func(m *claimMemory) {
 		m.writing = false
@@ -696,12 +696,13 @@ func (c *Controller) expandRequest(ctx context.Context, pv *v1.PersistentVolume,
 	return req, nil
 }
 
-func (c *Controller) preResizeAnnotation(pv *v1.PersistentVolume, nodeRequired bool) map[string]string {
+func (c *Controller) preResizeAnnotation(pv *v1.PersistentVolume, nodeRequired bool) map[string]*string {
 	if !c.cfg.AnnotateFsResize || !nodeRequired {
 		return nil
 	}
-	cur := pv.Spec.Capacity[v1.ResourceStorage]
-	return map[string]string{features.AnnPreResizeCapacity: cur.String()}
+	q := pv.Spec.Capacity[v1.ResourceStorage]
+	cur := q.String()
+	return map[string]*string{features.AnnPreResizeCapacity: &cur}
 }
 
 // startTime is when the expansion began: remembered, or after a restart the Resizing

@@ -19,7 +19,7 @@ type versionWriter struct {
 	noop bool
 }
 
-func (w *versionWriter) PatchClaimStatus(_ context.Context, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus, _ bool) (*v1.PersistentVolumeClaim, error) {
+func (w *versionWriter) PatchClaimStatus(_ context.Context, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus, _ map[string]*string, _ bool) (*v1.PersistentVolumeClaim, error) {
 	out := pvc.DeepCopy()
 	out.Status = st
 	if !w.noop {
@@ -29,7 +29,7 @@ func (w *versionWriter) PatchClaimStatus(_ context.Context, pvc *v1.PersistentVo
 	return out, nil
 }
 
-func (w *versionWriter) PatchVolume(context.Context, *v1.PersistentVolume, resource.Quantity, map[string]string) (*v1.PersistentVolume, error) {
+func (w *versionWriter) PatchVolume(context.Context, *v1.PersistentVolume, resource.Quantity, map[string]*string) (*v1.PersistentVolume, error) {
 	panic("not used")
 }
 
