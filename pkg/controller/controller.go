@@ -33,7 +33,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
-	"github.com/csi-resizer/csi-resizer/pkg/features"
 	"github.com/csi-resizer/csi-resizer/pkg/inuse"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
@@ -299,6 +298,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(pvc), "pv", klog.KObj(pv))
 	ctx = klog.NewContext(ctx, logger)
+	if pv, err = c.removePreResizeCapacity(ctx, pvc, pv); err != nil {
+		return 0, err
+	}
 
 	obs := resize.Observe(pvc, pv, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
 	c.observeNodeStep(ctx, key, pvc, obs)
@@ -444,7 +446,7 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	if newSize.Cmp(plan.Target) == 0 {
 		newSize = plan.Target.DeepCopy() // keep the user's notation (e.g. "2Gi")
 	}
-	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, res.NodeExpansionRequired)); err != nil {
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, pvc, res.NodeExpansionRequired)); err != nil {
 		// The volume did grow: the next attempt keeps the allocated size (state is still
 		// ControllerResizeInProgress with no final error) and the driver call is idempotent.
 		return 0, err
@@ -573,18 +575,18 @@ func (c *Controller) expansionSucceeded(key string, pvc *v1.PersistentVolumeClai
 // expandNodeOnly handles a driver without controller expansion: no CSI call, the PV capacity
 // is set (lowered only in the KEP-1790 Case 2 recovery) and the node takes over.
 func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan resize.Plan) error {
+	// A target at or below the current capacity (the user cancelled back to it) leaves the node
+	// nothing to do: the kubelet only expands when the PV is above status.capacity.
+	pvcCap := pvc.Status.Capacity[v1.ResourceStorage]
+	nodeRequired := plan.Target.Cmp(pvcCap) > 0
 	// The PV first: the kubelet acts only once the PVC says NodeResizePending, and then it
 	// must find the new capacity on the PV.
-	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, plan.Target, c.preResizeAnnotation(pv, true)); err != nil {
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, plan.Target, c.preResizeAnnotation(pv, pvc, nodeRequired)); err != nil {
 		return err
 	}
 	if plan.Recovery {
 		c.remember(key, func(m *claimMemory) { m.recovery = true })
 	}
-	// A target at or below the current capacity (the user cancelled back to it) leaves the node
-	// nothing to do: the kubelet only expands when the PV is above status.capacity.
-	pvcCap := pvc.Status.Capacity[v1.ResourceStorage]
-	nodeRequired := plan.Target.Cmp(pvcCap) > 0
 	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, nodeRequired, c.cfg.Legacy, c.now())
 	if _, err := c.writeStatus(ctx, key, pvc, done, true); err != nil {
 		return err
@@ -696,13 +698,34 @@ func (c *Controller) expandRequest(ctx context.Context, pv *v1.PersistentVolume,
 	return req, nil
 }
 
-func (c *Controller) preResizeAnnotation(pv *v1.PersistentVolume, nodeRequired bool) map[string]*string {
-	if !c.cfg.AnnotateFsResize || !nodeRequired {
+// preResizeAnnotation is the pre-resize-capacity annotation written with the PV's new capacity
+// (AnnotateFsResize): pvc's status.capacity, when the node has a step and the PV has none yet.
+func (c *Controller) preResizeAnnotation(pv *v1.PersistentVolume, pvc *v1.PersistentVolumeClaim, nodeRequired bool) map[string]*string {
+	if !c.cfg.AnnotateFsResize {
 		return nil
 	}
-	q := pv.Spec.Capacity[v1.ResourceStorage]
-	cur := q.String()
-	return map[string]*string{features.AnnPreResizeCapacity: &cur}
+	return resize.PreResizeCapacity(pv, pvc.Status.Capacity[v1.ResourceStorage], nodeRequired)
+}
+
+// preResizeCapacityToRemove reports whether the PV of pvc carries a pre-resize-capacity
+// annotation whose node step is over, so the PVC must be synced to remove it.
+func (c *Controller) preResizeCapacityToRemove(pvc *v1.PersistentVolumeClaim) bool {
+	if !c.cfg.AnnotateFsResize || pvc.Spec.VolumeName == "" {
+		return false
+	}
+	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
+	return err == nil && resize.PreResizeCapacityDone(pvc, pv)
+}
+
+// removePreResizeCapacity removes the PV's pre-resize-capacity annotation once the node step
+// it was written for is over (upstream's resizer does this; neither the kubelet nor
+// kube-controller-manager does it for a CSI volume). It returns the PV as written.
+func (c *Controller) removePreResizeCapacity(ctx context.Context, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) (*v1.PersistentVolume, error) {
+	if !c.cfg.AnnotateFsResize || !resize.PreResizeCapacityDone(pvc, pv) {
+		return pv, nil
+	}
+	klog.FromContext(ctx).V(4).Info("The node step is over: removing the pre-resize-capacity annotation", "annotation", pv.Annotations[resize.AnnPreResizeCapacity])
+	return c.cfg.Writer.PatchVolume(ctx, pv, pv.Spec.Capacity[v1.ResourceStorage], resize.RemovePreResizeCapacity())
 }
 
 // startTime is when the expansion began: remembered, or after a restart the Resizing

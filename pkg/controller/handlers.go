@@ -27,7 +27,7 @@ func needsWork(pvc *v1.PersistentVolumeClaim) bool {
 func (c *Controller) claimAdded(obj any) {
 	defer c.handled(obj)
 	pvc, ok := obj.(*v1.PersistentVolumeClaim)
-	if !ok || !needsWork(pvc) {
+	if !ok || (!needsWork(pvc) && !c.preResizeCapacityToRemove(pvc)) {
 		return
 	}
 	c.enqueue(pvc)
@@ -49,9 +49,10 @@ func (c *Controller) claimUpdated(oldObj, newObj any) {
 	if oldPVC.ResourceVersion != pvc.ResourceVersion && c.isOwnWriteOrHeld(key, pvc.ResourceVersion) {
 		return
 	}
-	// The kubelet's update that ends a node expansion leaves nothing to do, but the resizer
-	// that handed the expansion over records its end (duration, recovery) on seeing it.
-	if !needsWork(pvc) && !c.awaitingNode(key) {
+	// The kubelet's update that ends a node expansion leaves nothing to expand, but the
+	// resizer that handed the expansion over records its end (duration, recovery) on seeing
+	// it, and removes the PV's pre-resize-capacity annotation.
+	if !needsWork(pvc) && !c.awaitingNode(key) && !c.preResizeCapacityToRemove(pvc) {
 		return
 	}
 	c.queue.Add(key)
@@ -153,7 +154,7 @@ func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume) {
 	}
 	ref := pv.Spec.ClaimRef
 	pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
-	if err != nil || !needsWork(pvc) {
+	if err != nil || (!needsWork(pvc) && !c.preResizeCapacityToRemove(pvc)) {
 		return
 	}
 	c.enqueue(pvc)

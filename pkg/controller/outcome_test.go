@@ -251,7 +251,8 @@ func TestRecoveryWithNodeExpansion(t *testing.T) {
 
 // TestNodeExpansionDurationWhenNodeFinishes: an ordinary expansion with a node part is timed
 // until the resizer sees the kubelet finish, not until the controller part is done; seeing that
-// costs no API write and no event.
+// costs no PVC write and no event, only upstream's removal of the PV's pre-resize-capacity
+// annotation (AnnotateFsResize).
 func TestNodeExpansionDurationWhenNodeFinishes(t *testing.T) {
 	t.Parallel()
 	pvc, pv := claim("data", "2Gi", "1Gi")
@@ -275,8 +276,12 @@ func TestNodeExpansionDurationWhenNodeFinishes(t *testing.T) {
 	if got := e.events.Reasons(); len(got) != 1 || got[0] != controller.EventFileSystemRequired {
 		t.Errorf("events = %v, want only %s", got, controller.EventFileSystemRequired)
 	}
-	if n := len(e.kube.Writes()); n != 3 {
-		t.Errorf("API writes = %d, want 3", n)
+	writes := e.kube.Writes()
+	if n := len(writes); n != 4 {
+		t.Fatalf("API writes = %d, want 4", n)
+	}
+	if last := writes[3]; last.GetResource().Resource != "persistentvolumes" || !strings.Contains(string(last.(clienttesting.PatchAction).GetPatch()), `"volume.alpha.kubernetes.io/pre-resize-capacity":null`) {
+		t.Errorf("last write = %s %s %s, want the PV patch removing pre-resize-capacity", last.GetVerb(), last.GetResource().Resource, last.(clienttesting.PatchAction).GetPatch())
 	}
 }
 
