@@ -428,7 +428,7 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	// Rule 3: record the target before calling the driver, guarded by resourceVersion so a
 	// decision taken on a stale PVC is never written.
 	started := resize.StartedStatus(pvc.Status, plan, c.cfg.Legacy, c.now())
-	written, err := c.writeStatus(ctx, key, pvc, started, true)
+	written, err := c.writeStatus(ctx, key, pvc, started, resize.WriteStarted, true)
 	if err != nil {
 		return 0, err
 	}
@@ -452,7 +452,7 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 		return 0, err
 	}
 	now := c.now()
-	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+	if _, err := c.recordOutcome(ctx, key, written, resize.ExpandedWrite(res.NodeExpansionRequired), func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 		return resize.ExpandedStatus(st, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, now)
 	}); err != nil {
 		return 0, err
@@ -466,7 +466,7 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 	ce := resize.ClassifyError(callErr)
 	c.cfg.Metrics.ExpandError(ce.Reason, string(ce.Class))
 	now := c.now()
-	if _, err := c.recordOutcome(ctx, key, pvc, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+	if _, err := c.recordOutcome(ctx, key, pvc, resize.WriteFailed, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 		return resize.FailedStatus(st, ce, c.cfg.Legacy, now)
 	}); err != nil {
 		return 0, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err)
@@ -588,7 +588,7 @@ func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.Per
 		c.remember(key, func(m *claimMemory) { m.recovery = true })
 	}
 	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, nodeRequired, c.cfg.Legacy, c.now())
-	if _, err := c.writeStatus(ctx, key, pvc, done, true); err != nil {
+	if _, err := c.writeStatus(ctx, key, pvc, done, resize.ExpandedWrite(nodeRequired), true); err != nil {
 		return err
 	}
 	c.expansionSucceeded(key, pvc, plan.Target, nodeRequired)
@@ -598,7 +598,7 @@ func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.Per
 // redriveNode puts a PVC whose node expansion failed back in the node's hands.
 func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan) error {
 	st := resize.RedrivenStatus(pvc.Status, plan, c.now())
-	if _, err := c.writeStatus(ctx, key, pvc, st, true); err != nil {
+	if _, err := c.writeStatus(ctx, key, pvc, st, resize.WriteNodePending, true); err != nil {
 		return err
 	}
 	c.markSlow(key)
@@ -622,9 +622,9 @@ const maxOutcomeConflicts = 3
 // cost a second driver call, so on a conflict (the PVC changed during the call: a new request,
 // someone else's condition) the PVC is read again from the API, not from a cache that may be
 // behind, and outcome is applied to what it holds now. Only a conflict costs that read.
-func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, write resize.ClaimWrite, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
 	for conflicts := 0; ; conflicts++ {
-		out, err := c.writeStatus(ctx, key, pvc, outcome(pvc.Status), true)
+		out, err := c.writeStatus(ctx, key, pvc, outcome(pvc.Status), write, true)
 		if err == nil || !apierrors.IsConflict(err) || conflicts == maxOutcomeConflicts {
 			return out, err
 		}
@@ -640,13 +640,14 @@ func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.Pers
 	}
 }
 
-// writeStatus patches the PVC status, counts the state transition and remembers the written
-// version so its update event is not processed again.
-func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus, guard bool) (*v1.PersistentVolumeClaim, error) {
+// writeStatus patches the PVC status, with the node-expansion-not-required annotation that
+// goes with this kind of write in the same patch, counts the state transition and remembers the
+// written version so its update event is not processed again.
+func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus, write resize.ClaimWrite, guard bool) (*v1.PersistentVolumeClaim, error) {
 	// The echo of this write can reach the update handler before the write returns its
 	// resourceVersion: until then the handler holds the updates it sees (see claimUpdated).
 	c.remember(key, func(m *claimMemory) { m.writing = true })
-	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, nil, guard)
+	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, resize.NodeExpansionNotRequired(pvc, write, c.cfg.Legacy), guard)
 	requeue := false
 	c.remember(key, func(m *claimMemory) {
 		m.writing = false

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 // versionWriter is a status.Writer that answers each status write with the next
@@ -47,7 +48,7 @@ func TestCacheBehindOwnWritesIsStale(t *testing.T) {
 		t.Fatal("stale before any write")
 	}
 	for range 2 {
-		out, err := c.writeStatus(context.Background(), key, pvc, v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound}, true)
+		out, err := c.writeStatus(context.Background(), key, pvc, v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound}, resize.WriteFailed, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +62,7 @@ func TestCacheBehindOwnWritesIsStale(t *testing.T) {
 	// A write the apiserver found to change nothing keeps the version: the cache at that
 	// version is current, or the PVC would be retried forever.
 	w.noop = true
-	if _, err := c.writeStatus(context.Background(), key, pvc, v1.PersistentVolumeClaimStatus{Phase: v1.ClaimLost}, false); err != nil {
+	if _, err := c.writeStatus(context.Background(), key, pvc, v1.PersistentVolumeClaimStatus{Phase: v1.ClaimLost}, resize.WriteFailed, false); err != nil {
 		t.Fatal(err)
 	}
 	if c.isStale(key, "3") {
@@ -70,7 +71,7 @@ func TestCacheBehindOwnWritesIsStale(t *testing.T) {
 	// Memory is bounded however many writes a PVC sees.
 	w.noop = false
 	for range 3 * maxOwnVersions {
-		out, _ := c.writeStatus(context.Background(), key, pvc, v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound}, true)
+		out, _ := c.writeStatus(context.Background(), key, pvc, v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound}, resize.WriteFailed, true)
 		pvc = out
 	}
 	if m := c.memory(key); len(m.ownVersions) > maxOwnVersions || len(m.superseded) > maxOwnVersions {
