@@ -35,6 +35,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/inuse"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/migration"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
@@ -335,16 +336,18 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 }
 
-// volumeOf returns the PV of a bound PVC when the PV belongs to this driver and its claimRef
-// points back at this very PVC (rule 1). The UID must match too, as upstream requires: a
-// claimRef without one (pre-bound by name, not yet confirmed by the PV controller) or with
-// another's (a deleted claim of the same name) does not prove the volume is this claim's.
+// volumeOf returns the PV of a bound PVC when the PV belongs to this driver (a CSI PV of the
+// driver, or a migrated in-tree PV the PVC's storage-resizer annotation hands to it: see
+// pkg/migration) and its claimRef points back at this very PVC (rule 1). The UID must match
+// too, as upstream requires: a claimRef without one (pre-bound by name, not yet confirmed by
+// the PV controller) or with another's (a deleted claim of the same name) does not prove the
+// volume is this claim's.
 func (c *Controller) volumeOf(pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolume, bool) {
 	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != v1.ClaimBound {
 		return nil, false
 	}
 	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
-	if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.Driver.Name {
+	if err != nil || !migration.Owns(c.cfg.Driver.Name, pvc, pv) {
 		return nil, false
 	}
 	ref := pv.Spec.ClaimRef
@@ -680,12 +683,18 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 	return out, nil
 }
 
+// expandRequest builds the driver call for pv. A migrated in-tree PV is translated first, so
+// the volume handle, fsType and secret reference are those of its CSI view.
 func (c *Controller) expandRequest(ctx context.Context, pv *v1.PersistentVolume, size resource.Quantity) (csi.ExpandRequest, error) {
+	pv, migrated, err := migration.CSIView(klog.FromContext(ctx), pv)
+	if err != nil {
+		return csi.ExpandRequest{}, err
+	}
 	capability, err := csi.VolumeCapability(pv, c.cfg.Driver.SingleNodeMultiWriter)
 	if err != nil {
 		return csi.ExpandRequest{}, err
 	}
-	req := csi.ExpandRequest{VolumeID: pv.Spec.CSI.VolumeHandle, RequiredBytes: size.Value(), Capability: capability}
+	req := csi.ExpandRequest{VolumeID: pv.Spec.CSI.VolumeHandle, RequiredBytes: size.Value(), Capability: capability, Migrated: migrated}
 	if ref := pv.Spec.CSI.ControllerExpandSecretRef; ref != nil {
 		secret, err := c.cfg.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 		if err != nil {
@@ -715,7 +724,7 @@ func (c *Controller) preResizeCapacityToRemove(pvc *v1.PersistentVolumeClaim) bo
 		return false
 	}
 	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
-	return err == nil && resize.PreResizeCapacityDone(pvc, pv)
+	return err == nil && migration.Owns(c.cfg.Driver.Name, pvc, pv) && resize.PreResizeCapacityDone(pvc, pv)
 }
 
 // removePreResizeCapacity removes the PV's pre-resize-capacity annotation once the node step

@@ -6,6 +6,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/csi-resizer/csi-resizer/pkg/migration"
 )
 
 var labelsEverything = labels.Everything()
@@ -68,7 +70,9 @@ var resizeConditions = []v1.PersistentVolumeClaimConditionType{
 
 // resizeInputsChanged reports whether an update changed anything the resizer decides on: the
 // storage request, the binding, the storage capacity, allocated size and resize state, the
-// phase, and the resize conditions. An update of other fields (labels, annotations, another
+// phase, the resize conditions, and the storage-resizer annotation (kube-controller-manager
+// sets it on a migrated in-tree PVC after the request was raised: that update is what hands
+// the PVC to this driver). An update of other fields (labels, annotations, another
 // component's condition) brings nothing new to decide on; processing it at once would also
 // bypass the retry backoff of a failed expansion, so a PVC that another controller keeps
 // touching would turn every touch into a driver call. The pending retry still comes. The
@@ -76,7 +80,8 @@ var resizeConditions = []v1.PersistentVolumeClaimConditionType{
 func resizeInputsChanged(old, pvc *v1.PersistentVolumeClaim) bool {
 	if old.ResourceVersion == pvc.ResourceVersion || old.UID != pvc.UID ||
 		old.Spec.VolumeName != pvc.Spec.VolumeName || old.Status.Phase != pvc.Status.Phase ||
-		!old.DeletionTimestamp.Equal(pvc.DeletionTimestamp) {
+		!old.DeletionTimestamp.Equal(pvc.DeletionTimestamp) ||
+		old.Annotations[migration.AnnStorageResizer] != pvc.Annotations[migration.AnnStorageResizer] {
 		return true
 	}
 	if storageChanged(old.Spec.Resources.Requests, pvc.Spec.Resources.Requests) ||
@@ -149,12 +154,13 @@ func (c *Controller) handled(obj any) {
 }
 
 func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume) {
-	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.Driver.Name || pv.Spec.ClaimRef == nil {
+	if pv.Spec.ClaimRef == nil || (pv.Spec.CSI != nil && pv.Spec.CSI.Driver != c.cfg.Driver.Name) ||
+		(pv.Spec.CSI == nil && !migration.IsMigratedDriver(c.cfg.Driver.Name)) {
 		return
 	}
 	ref := pv.Spec.ClaimRef
 	pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
-	if err != nil || (!needsWork(pvc) && !c.preResizeCapacityToRemove(pvc)) {
+	if err != nil || !migration.Owns(c.cfg.Driver.Name, pvc, pv) || (!needsWork(pvc) && !c.preResizeCapacityToRemove(pvc)) {
 		return
 	}
 	c.enqueue(pvc)
