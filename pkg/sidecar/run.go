@@ -20,7 +20,6 @@ import (
 	"unique"
 
 	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
-	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -40,6 +39,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/migration"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -91,15 +91,27 @@ func Main(args []string, version string) int {
 
 func run(ctx context.Context, opts *Options, version string) error {
 	logger := klog.FromContext(ctx)
-	mm := csimetrics.NewCSIMetricsManagerForSidecar("")
+	mm := csi.NewMetricsManager("", false)
 	conn, err := csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { conn.Close() }()
 	driver, err := csi.Handshake(ctx, conn, opts.Timeout)
 	if err != nil {
 		return err
+	}
+	if migration.IsMigratedDriver(driver.Name) {
+		// The CSI replacement of an in-tree plugin labels its call metrics "migrated", as
+		// upstream does; the label is fixed when the metrics manager is made, and the
+		// connection's interceptor reports to the manager it was dialled with.
+		mm = csi.NewMetricsManager(driver.Name, true)
+		migrated, err := csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
+		if err != nil {
+			return err
+		}
+		conn.Close()
+		conn = migrated
 	}
 	mm.SetDriverName(driver.Name)
 	logger.Info("CSI driver ready", "version", version, "driver", driver.Name, "controllerExpansion", driver.ControllerExpand,
