@@ -40,6 +40,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/features"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -212,12 +213,17 @@ func run(ctx context.Context, opts *Options, version string) error {
 // What is read, and so kept (pkg/controller, pkg/resize, pkg/csi, pkg/status, the event
 // recorder's object reference, the log's object keys):
 //   - PVC: name, namespace, UID, resourceVersion, deletionTimestamp, spec.resources,
-//     spec.volumeName, and the whole status (the KEP-1790 state, the conditions the next status
-//     is computed from, phase, capacity).
+//     spec.volumeName, the whole status (the KEP-1790 state, the conditions the next status
+//     is computed from, phase, capacity), and two annotations: storage-resizer (which driver
+//     expands a migrated in-tree volume) and node-expansion-not-required (compared before it
+//     is written).
 //   - PV: name, UID, resourceVersion, deletionTimestamp, the pre-resize-capacity annotation
 //     (compared before it is written), spec.capacity, accessModes, claimRef, volumeMode,
 //     mountOptions (the volume capability of ControllerExpandVolume), and of spec.csi the
-//     driver, volumeHandle, fsType and controllerExpandSecretRef; status.phase.
+//     driver, volumeHandle, fsType and controllerExpandSecretRef; status.phase. A PV of a
+//     migratable in-tree plugin (awsElasticBlockStore, gcePersistentDisk, ...) keeps its whole
+//     in-tree source, its labels and its nodeAffinity: csi-translation-lib builds the volume
+//     handle and topology from them (a GCE PD's zone is a label). Such PVs are few.
 //
 // Dropping a field here never removes it from the API object: the resizer only sends merge
 // patches of the fields it changes. A new field the resizer reads must be added here.
@@ -249,14 +255,34 @@ func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	}
 }
 
+// claimAnnotations are the PVC annotations the resizer reads.
+var claimAnnotations = []string{migration.AnnStorageResizer, resize.AnnNodeExpansionNotRequired}
+
+// keepAnnotations returns the annotations among keys that m has (values interned: a driver
+// name, "true"), nil when it has none.
+func keepAnnotations(m map[string]string, keys ...string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(keys))
+			}
+			out[k] = internString(v)
+		}
+	}
+	return out
+}
+
 func slimClaim(pvc *v1.PersistentVolumeClaim) *v1.PersistentVolumeClaim {
 	st := pvc.Status
 	st.Phase = v1.PersistentVolumeClaimPhase(internString(string(st.Phase)))
 	st.AccessModes = internModes(st.AccessModes)
 	st.Capacity = resourceLists.intern(st.Capacity)
 	st.AllocatedResources = resourceLists.intern(st.AllocatedResources)
+	meta := slimMeta(&pvc.ObjectMeta)
+	meta.Annotations = keepAnnotations(pvc.Annotations, claimAnnotations...)
 	return &v1.PersistentVolumeClaim{
-		ObjectMeta: slimMeta(&pvc.ObjectMeta),
+		ObjectMeta: meta,
 		Spec: v1.PersistentVolumeClaimSpec{
 			Resources: v1.VolumeResourceRequirements{
 				Requests: resourceLists.intern(pvc.Spec.Resources.Requests),
@@ -280,8 +306,11 @@ func slimVolume(pv *v1.PersistentVolume) *v1.PersistentVolume {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: v1.PersistentVolumePhase(internString(string(pv.Status.Phase)))},
 	}
-	if v, ok := pv.Annotations[features.AnnPreResizeCapacity]; ok {
-		out.Annotations = map[string]string{features.AnnPreResizeCapacity: v}
+	out.Annotations = keepAnnotations(pv.Annotations, resize.AnnPreResizeCapacity)
+	if migration.HasInTreeSource(pv) {
+		out.Spec.PersistentVolumeSource = pv.Spec.PersistentVolumeSource
+		out.Spec.NodeAffinity = pv.Spec.NodeAffinity
+		out.Labels = pv.Labels
 	}
 	if ref := out.Spec.ClaimRef; ref != nil {
 		// The decoded reference belongs to this object alone; share its repeated strings.
