@@ -219,6 +219,7 @@ func TestPreResizeCapacityKeptUntilNodeDone(t *testing.T) {
 func TestNodeExpansionNotRequiredWithoutNodeStep(t *testing.T) {
 	e := startMock(t, scenario.Options{})
 	_, pv := e.NewClaim(t, "data", "1Gi")
+
 	e.SetRequest(t, "data", "2Gi")
 	pvc := e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
 	if got := pvc.Annotations[resize.AnnNodeExpansionNotRequired]; got != "true" {
@@ -241,6 +242,21 @@ func TestNodeExpansionNotRequiredWithoutNodeStep(t *testing.T) {
 	}
 	if !viaStatus {
 		t.Errorf("the annotation is not among csi-resizer's status fields: %+v", pvc.ManagedFields)
+	}
+}
+
+// TestNodeExpansionNotRequiredLegacyMode: upstream's legacy path
+// (RecoverVolumeExpansionFailure=false) never writes the annotation, nor does ours.
+func TestNodeExpansionNotRequiredLegacyMode(t *testing.T) {
+	e := startMock(t, scenario.Options{ResizerArgs: []string{"--feature-gates=RecoverVolumeExpansionFailure=false"}})
+	e.NewClaim(t, "data", "1Gi")
+	e.SetRequest(t, "data", "2Gi")
+	e.WaitClaim(t, "data", resizeTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		c := pvc.Status.Capacity[v1.ResourceStorage]
+		return scenario.Is(c, "2Gi"), "want status.capacity 2Gi"
+	})
+	if got, ok := e.PVC(t, "data").Annotations[resize.AnnNodeExpansionNotRequired]; ok {
+		t.Errorf("node-expansion-not-required = %q in legacy mode, want none", got)
 	}
 }
 
