@@ -20,6 +20,8 @@ import (
 	"unique"
 
 	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
+	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -105,29 +107,11 @@ func parseFlags(fs *flag.FlagSet, args []string, version string) (code int, exit
 
 func run(ctx context.Context, opts *Options, version string) error {
 	logger := klog.FromContext(ctx)
-	mm := csi.NewMetricsManager("", false)
-	conn, err := csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
+	conn, driver, mm, err := connectDriver(ctx, opts)
 	if err != nil {
 		return err
 	}
-	defer func() { conn.Close() }()
-	driver, err := csi.Handshake(ctx, conn, opts.Timeout)
-	if err != nil {
-		return err
-	}
-	if migration.IsMigratedDriver(driver.Name) {
-		// The CSI replacement of an in-tree plugin labels its call metrics "migrated", as
-		// upstream does; the label is fixed when the metrics manager is made, and the
-		// connection's interceptor reports to the manager it was dialled with.
-		mm = csi.NewMetricsManager(driver.Name, true)
-		migrated, err := csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
-		if err != nil {
-			return err
-		}
-		conn.Close()
-		conn = migrated
-	}
-	mm.SetDriverName(driver.Name)
+	defer conn.Close()
 	logger.Info("CSI driver ready", "version", version, "driver", driver.Name, "controllerExpansion", driver.ControllerExpand,
 		"nodeExpansion", driver.NodeExpand, "offlineOnly", driver.OfflineOnly)
 
@@ -191,6 +175,33 @@ func run(ctx context.Context, opts *Options, version string) error {
 		factory.Start(ctx.Done())
 		return ctrl.Run(ctx, opts.Workers)
 	})
+}
+
+// connectDriver connects to the CSI driver and reads its identity and capabilities. The CSI
+// replacement of an in-tree plugin labels its call metrics "migrated", as upstream does; the
+// label is fixed when the metrics manager is made, and the connection's interceptor reports
+// to the manager it was dialled with, so such a driver is dialled again with that manager.
+func connectDriver(ctx context.Context, opts *Options) (*grpc.ClientConn, csi.Driver, csimetrics.CSIMetricsManager, error) {
+	mm := csi.NewMetricsManager("", false)
+	conn, err := csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
+	if err != nil {
+		return nil, csi.Driver{}, nil, err
+	}
+	driver, err := csi.Handshake(ctx, conn, opts.Timeout)
+	if err == nil && migration.IsMigratedDriver(driver.Name) {
+		conn.Close()
+		mm = csi.NewMetricsManager(driver.Name, true)
+		conn, err = csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
+		if err != nil {
+			return nil, csi.Driver{}, nil, err
+		}
+	}
+	if err != nil {
+		conn.Close()
+		return nil, csi.Driver{}, nil, err
+	}
+	mm.SetDriverName(driver.Name)
+	return conn, driver, mm, nil
 }
 
 // newClients returns the clientset of every request but events, and the events' client. Both
