@@ -184,20 +184,13 @@ func TestPreResizeCapacityKeptUntilNodeDone(t *testing.T) {
 	e := startMock(t, scenario.Options{Mock: framework.MockDriverOptions{NodeOnly: true}})
 	_, pv := e.NewClaim(t, "data", "1Gi")
 	e.SetRequest(t, "data", "5Gi")
-	pvc := e.WaitClaim(t, "data", resizeTimeout, scenario.InState(v1.PersistentVolumeClaimNodeResizePending))
+	e.WaitClaim(t, "data", resizeTimeout, scenario.InState(v1.PersistentVolumeClaimNodeResizePending))
 	if got := e.PV(t, pv.Name).Annotations[resize.AnnPreResizeCapacity]; got != "1Gi" {
 		t.Fatalf("pre-resize-capacity = %q, want 1Gi", got)
 	}
 	// A distinct value, so that a rewrite (with status.capacity, 1Gi) would show.
 	setPVAnnotation(t, e, pv.Name, resize.AnnPreResizeCapacity, "1000Mi")
-	pvc = e.PVC(t, "data")
-	pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInfeasible
-	pvc.Status.Conditions = append(pvc.Status.Conditions, v1.PersistentVolumeClaimCondition{
-		Type: v1.PersistentVolumeClaimNodeResizeError, Status: v1.ConditionTrue, Reason: "NodeResizeFailed", Message: "filesystem too small to grow", LastTransitionTime: metav1.Now(),
-	})
-	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).UpdateStatus(e.Ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("playing the kubelet's failure: %v", err)
-	}
+	e.FailNodeExpansion(t, "data")
 	e.SetRequest(t, "data", "2Gi")
 	e.WaitClaim(t, "data", resizeTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
 		_, _, alloc := scenario.Storage(pvc)
