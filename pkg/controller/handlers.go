@@ -38,8 +38,13 @@ func (c *Controller) preResizeCapacityToRemove(pvc *v1.PersistentVolumeClaim) bo
 	return err == nil && resize.PreResizeCapacityDone(pvc, pv) && migration.Owns(c.cfg.Driver.Name, pvc, pv)
 }
 
+// hasWork: the PVC needs work, or its PV's pre-resize-capacity is left to remove.
+func (c *Controller) hasWork(pvc *v1.PersistentVolumeClaim) bool {
+	return needsWork(pvc) || c.preResizeCapacityToRemove(pvc)
+}
+
 func (c *Controller) claimAdded(obj any) {
-	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && (needsWork(pvc) || c.preResizeCapacityToRemove(pvc)) {
+	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && c.hasWork(pvc) {
 		c.enqueue(pvc)
 	}
 }
@@ -52,7 +57,7 @@ func (c *Controller) claimAdded(obj any) {
 func (c *Controller) claimUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*v1.PersistentVolumeClaim)
 	pvc, ok2 := newObj.(*v1.PersistentVolumeClaim)
-	if ok1 && ok2 && (needsWork(old) || needsWork(pvc) || c.preResizeCapacityToRemove(pvc)) {
+	if ok1 && ok2 && (needsWork(old) || c.hasWork(pvc)) {
 		c.enqueue(pvc)
 	}
 }
@@ -67,32 +72,36 @@ func (c *Controller) claimDeleted(obj any) {
 // volumeAdded catches PVCs that were seen before their PV reached the cache.
 func (c *Controller) volumeAdded(obj any) {
 	if pv, ok := obj.(*v1.PersistentVolume); ok {
-		c.enqueueClaimOf(pv)
+		c.enqueueClaimOf(pv, c.hasWork)
 	}
 }
 
-// volumeUpdated reacts to binding, and to a PV carrying pre-resize-capacity (the node step
-// may have ended before this PV reached the cache): other changes on the PV are the
-// controller's own.
+// volumeUpdated reacts to binding, and to a PV whose pre-resize-capacity is due for removal
+// (the node step may have ended before this PV reached the cache): other changes on the PV
+// are the controller's own, and queue nothing.
 func (c *Controller) volumeUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*v1.PersistentVolume)
 	pv, ok2 := newObj.(*v1.PersistentVolume)
-	_, annotated := pv.Annotations[resize.AnnPreResizeCapacity]
-	if ok1 && ok2 && ((old.Spec.ClaimRef == nil && pv.Spec.ClaimRef != nil) || annotated) {
-		c.enqueueClaimOf(pv)
+	switch {
+	case !ok1 || !ok2:
+	case old.Spec.ClaimRef == nil && pv.Spec.ClaimRef != nil:
+		c.enqueueClaimOf(pv, c.hasWork)
+	case pv.Annotations[resize.AnnPreResizeCapacity] != "":
+		c.enqueueClaimOf(pv, c.preResizeCapacityToRemove)
 	}
 }
 
-// enqueueClaimOf queues the PVC bound to pv when pv can be this driver's: a CSI PV of the
-// driver, or an in-tree PV when the driver replaces an in-tree plugin (docs/design.md §2.8).
-func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume) {
+// enqueueClaimOf queues the PVC bound to pv when pv can be this driver's (a CSI PV of the
+// driver, or an in-tree PV when the driver replaces an in-tree plugin: docs/design.md §2.8) and
+// want says the PVC has work.
+func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume, want func(*v1.PersistentVolumeClaim) bool) {
 	ref := pv.Spec.ClaimRef
 	if ref == nil || (pv.Spec.CSI != nil && pv.Spec.CSI.Driver != c.cfg.Driver.Name) ||
 		(pv.Spec.CSI == nil && !migration.IsMigratedDriver(c.cfg.Driver.Name)) {
 		return
 	}
 	pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
-	if err == nil && (needsWork(pvc) || c.preResizeCapacityToRemove(pvc)) {
+	if err == nil && want(pvc) {
 		c.enqueue(pvc)
 	}
 }

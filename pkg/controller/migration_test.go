@@ -137,3 +137,27 @@ func TestPreResizeCapacityQueued(t *testing.T) {
 		t.Errorf("pre-resize-capacity %q, %d driver calls; want it removed and no call", got, f.driver.count())
 	}
 }
+
+// TestPVUpdateQueuesOnlyTheRemoval: an update of a PV carrying pre-resize-capacity queues its
+// PVC only once the removal is due; while the node works (the echo of the PV write that set
+// it), it queues nothing.
+func TestPVUpdateQueuesOnlyTheRemoval(t *testing.T) {
+	pvc, pv := claim("data", "2Gi", "1Gi")
+	pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse("2Gi")
+	pv.Annotations = map[string]string{resize.AnnPreResizeCapacity: "1Gi"}
+	pvc.Status.AllocatedResources = v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")}
+	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
+	f := newFixture(t, Config{AnnotateFsResize: true}, pvc, pv)
+	f.ctrl.volumeUpdated(pv, f.pv("pv-data"))
+	if n := f.ctrl.queue.Len(); n != 0 {
+		t.Fatalf("queue length %d while the node works, want 0", n)
+	}
+	f.update("data", func(pvc *v1.PersistentVolumeClaim) { // the kubelet finishes
+		pvc.Status.Capacity[v1.ResourceStorage] = resource.MustParse("2Gi")
+		pvc.Status.AllocatedResourceStatuses = nil
+	})
+	f.ctrl.volumeUpdated(pv, f.pv("pv-data"))
+	if n := f.ctrl.queue.Len(); n != 1 {
+		t.Errorf("queue length %d once the node is done, want 1", n)
+	}
+}
