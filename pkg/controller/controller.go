@@ -35,10 +35,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
-	"github.com/csi-resizer/csi-resizer/pkg/features"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/inuse"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/migration"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
@@ -71,7 +71,8 @@ type Config struct {
 	HandleVolumeInUse bool
 	// Legacy is RecoverVolumeExpansionFailure=false.
 	Legacy bool
-	// AnnotateFsResize writes the pre-resize capacity annotation on the PV.
+	// AnnotateFsResize writes the pre-resize-capacity annotation on the PV, and removes it
+	// when the node step is over (docs/design.md §2.9).
 	AnnotateFsResize bool
 }
 
@@ -232,7 +233,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(pvc), "pv", klog.KObj(pv))
 	ctx = klog.NewContext(ctx, logger)
-
+	if pv, err = c.removePreResizeCapacity(ctx, pvc, pv); err != nil {
+		return 0, err
+	}
 	obs := resize.Observe(pvc, pv, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
 	if r := c.obs.NodeProgress(ctx, key, pvc, obs); r != nil {
 		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeRecovered,
@@ -266,16 +269,18 @@ func (c *Controller) retryWait(key string, pvc *v1.PersistentVolumeClaim, obs re
 	return resize.RetryWait(pvc, obs, plan, c.legacyFailed(key), retry, c.cfg.Clock.Now())
 }
 
-// volumeOf returns the PV of a bound PVC when the PV belongs to this driver and its claimRef
-// points back at this very PVC (docs/design.md §2.3 rule 1). The UID must match too, as
-// upstream requires: a claimRef without one (pre-bound by name, not yet confirmed by the PV controller) or with
-// another's (a deleted claim of the same name) does not prove the volume is this claim's.
+// volumeOf returns the PV of a bound PVC when the PV belongs to this driver (a CSI PV of the
+// driver, or a migrated in-tree PV the PVC's storage-resizer annotation hands to it:
+// migration.Owns, docs/design.md §2.8) and its claimRef points back at this very PVC
+// (docs/design.md §2.3 rule 1). The UID must match too, as upstream requires: a claimRef
+// without one (pre-bound by name, not yet confirmed by the PV controller) or with another's (a
+// deleted claim of the same name) does not prove the volume is this claim's.
 func (c *Controller) volumeOf(pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolume, bool) {
 	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != v1.ClaimBound {
 		return nil, false
 	}
 	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
-	if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.Driver.Name {
+	if err != nil || !migration.Owns(c.cfg.Driver.Name, pvc, pv) {
 		return nil, false
 	}
 	ref := pv.Spec.ClaimRef
@@ -286,13 +291,18 @@ func (c *Controller) volumeOf(pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolu
 }
 
 // expandRequest builds the ControllerExpandVolume request for a PV: volume handle, capability
-// and the controller-expand secret.
+// and the controller-expand secret. A migrated in-tree PV is translated first, so these are
+// those of its CSI view (docs/design.md §2.8).
 func (c *Controller) expandRequest(ctx context.Context, pv *v1.PersistentVolume, size resource.Quantity) (csi.ExpandRequest, error) {
+	pv, migrated, err := migration.CSIView(klog.FromContext(ctx), pv)
+	if err != nil {
+		return csi.ExpandRequest{}, err
+	}
 	capability, err := csi.VolumeCapability(pv, c.cfg.Driver.SingleNodeMultiWriter)
 	if err != nil {
 		return csi.ExpandRequest{}, err
 	}
-	req := csi.ExpandRequest{VolumeID: pv.Spec.CSI.VolumeHandle, RequiredBytes: size.Value(), Capability: capability}
+	req := csi.ExpandRequest{VolumeID: pv.Spec.CSI.VolumeHandle, RequiredBytes: size.Value(), Capability: capability, Migrated: migrated}
 	if ref := pv.Spec.CSI.ControllerExpandSecretRef; ref != nil {
 		secret, err := c.cfg.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 		if err != nil {
@@ -306,12 +316,25 @@ func (c *Controller) expandRequest(ctx context.Context, pv *v1.PersistentVolume,
 	return req, nil
 }
 
-func (c *Controller) preResizeAnnotation(pv *v1.PersistentVolume, nodeRequired bool) map[string]string {
-	if !c.cfg.AnnotateFsResize || !nodeRequired {
+// preResizeAnnotation is the pre-resize-capacity change written with the PV's new capacity
+// (AnnotateFsResize, docs/design.md §2.9).
+func (c *Controller) preResizeAnnotation(pv *v1.PersistentVolume, pvc *v1.PersistentVolumeClaim, nodeRequired bool) map[string]*string {
+	if !c.cfg.AnnotateFsResize {
 		return nil
 	}
-	cur := pv.Spec.Capacity[v1.ResourceStorage]
-	return map[string]string{features.AnnPreResizeCapacity: cur.String()}
+	return resize.PreResizeCapacity(pv, pvc.Status.Capacity[v1.ResourceStorage], nodeRequired)
+}
+
+// removePreResizeCapacity removes the PV's pre-resize-capacity annotation once the node step
+// it was written for is over, before any decision, as upstream's resizer does (neither the
+// kubelet nor kube-controller-manager removes it for a CSI volume). It returns the PV as
+// written.
+func (c *Controller) removePreResizeCapacity(ctx context.Context, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) (*v1.PersistentVolume, error) {
+	if !c.cfg.AnnotateFsResize || !resize.PreResizeCapacityDone(pvc, pv) {
+		return pv, nil
+	}
+	klog.FromContext(ctx).V(4).Info("The node step is over: removing the pre-resize-capacity annotation", "annotation", pv.Annotations[resize.AnnPreResizeCapacity])
+	return c.cfg.Writer.PatchVolume(ctx, pv, pv.Spec.Capacity[v1.ResourceStorage], resize.RemovePreResizeCapacity())
 }
 
 func (c *Controller) now() metav1.Time {

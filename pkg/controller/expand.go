@@ -27,7 +27,7 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	}
 	// docs/design.md §2.3 rule 3: record the target before calling the driver, guarded by
 	// resourceVersion so a decision taken on a stale PVC is never written.
-	written, err := c.writeStatus(ctx, key, pvc, resize.StartedStatus(pvc.Status, plan, c.cfg.Legacy, c.now()))
+	written, err := c.writeStatus(ctx, key, pvc, resize.StartedStatus(pvc.Status, plan, c.cfg.Legacy, c.now()), resize.WriteStarted)
 	if err != nil {
 		return 0, err
 	}
@@ -42,13 +42,13 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	if newSize.Cmp(plan.Target) == 0 {
 		newSize = plan.Target.DeepCopy() // keep the user's notation (e.g. "2Gi")
 	}
-	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, res.NodeExpansionRequired)); err != nil {
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, pvc, res.NodeExpansionRequired)); err != nil {
 		// The volume did grow: the next attempt keeps the allocated size (state is still
 		// ControllerResizeInProgress with no final error) and the driver call is idempotent.
 		return 0, err
 	}
 	now := c.now()
-	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+	if _, err := c.recordOutcome(ctx, key, written, resize.ExpandedWrite(res.NodeExpansionRequired), func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 		return resize.ExpandedStatus(st, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, now)
 	}); err != nil {
 		return 0, err
@@ -69,7 +69,7 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 		c.setLegacyFailed(key, &plan.Target)
 	}
 	now := c.now()
-	written, err := c.recordOutcome(ctx, key, pvc, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+	written, err := c.recordOutcome(ctx, key, pvc, resize.WriteFailed, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 		return resize.FailedStatus(st, ce, c.cfg.Legacy, now)
 	})
 	if err != nil {
@@ -126,12 +126,12 @@ func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.Per
 	nodeRequired := resize.NodeRequired(obs, plan)
 	// The PV first: the kubelet acts only once the PVC says NodeResizePending, and then it
 	// must find the new capacity on the PV.
-	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, plan.Target, c.preResizeAnnotation(pv, true)); err != nil {
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, plan.Target, c.preResizeAnnotation(pv, pvc, nodeRequired)); err != nil {
 		return err
 	}
 	c.obs.Started(key, plan)
 	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, nodeRequired, c.cfg.Legacy, c.now())
-	if _, err := c.writeStatus(ctx, key, pvc, done); err != nil {
+	if _, err := c.writeStatus(ctx, key, pvc, done, resize.ExpandedWrite(nodeRequired)); err != nil {
 		return err
 	}
 	c.expanded(key, pvc, plan.Target, nodeRequired)
@@ -140,7 +140,7 @@ func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.Per
 
 // redriveNode puts a PVC whose node expansion failed back in the node's hands.
 func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan) error {
-	if _, err := c.writeStatus(ctx, key, pvc, resize.RedrivenStatus(pvc.Status, plan, c.now())); err != nil {
+	if _, err := c.writeStatus(ctx, key, pvc, resize.RedrivenStatus(pvc.Status, plan, c.now()), resize.WriteNodePending); err != nil {
 		return err
 	}
 	c.obs.HandedToNode(key, pvc.Status.Capacity[v1.ResourceStorage], plan.Target)
@@ -149,23 +149,27 @@ func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.Persis
 	return nil
 }
 
-// recordOutcome writes the status that records the driver's answer (status.WriteOutcome). The
-// cache may still hold a version the PVC read again replaces, this process's own pre-call
-// write: deciding on it would call the driver again, so it is recorded as replaced.
-func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+// recordOutcome writes the status that records the driver's answer (status.WriteOutcome), a
+// write of kind w. The cache may still hold a version the PVC read again replaces, this
+// process's own pre-call write: deciding on it would call the driver again, so it is recorded
+// as replaced.
+func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, w resize.ClaimWrite, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
 	return status.WriteOutcome(ctx, c.cfg.Client, pvc, outcome,
 		func(p *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
-			return c.writeStatus(ctx, key, p, st)
+			return c.writeStatus(ctx, key, p, st, w)
 		},
 		func(old, latest *v1.PersistentVolumeClaim) {
 			c.fresh.Wrote(key, old.ResourceVersion, latest.ResourceVersion)
 		})
 }
 
-// writeStatus patches the PVC status, guarded by resourceVersion, records the write for the
-// freshness check and tells the observer of the state transition.
-func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
-	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, true)
+// writeStatus patches the PVC status, guarded by resourceVersion, with the change of the
+// node-expansion-not-required annotation that goes with a write of kind w in the same patch
+// (docs/design.md §2.9), records the write for the freshness check and tells the observer of
+// the state transition. The annotation is decided on pvc, so a write after a conflict's
+// re-read decides it on what the PVC holds then.
+func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus, w resize.ClaimWrite) (*v1.PersistentVolumeClaim, error) {
+	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, resize.NodeExpansionNotRequired(pvc, w, c.cfg.Legacy), true)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/csi-resizer/csi-resizer/pkg/migration"
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 // The event handlers only queue keys; sync decides. Their filters are cheap and only drop
@@ -24,18 +27,37 @@ func needsWork(pvc *v1.PersistentVolumeClaim) bool {
 	return spec.Cmp(capacity) > 0
 }
 
+// preResizeCapacityToRemove reports whether the PV of pvc carries a pre-resize-capacity
+// annotation whose node step is over, for sync to remove (docs/design.md §2.9): after a
+// restart, or when the PV's cache caught up after the PVC's, that is the only work left.
+func (c *Controller) preResizeCapacityToRemove(pvc *v1.PersistentVolumeClaim) bool {
+	if !c.cfg.AnnotateFsResize || pvc.Spec.VolumeName == "" {
+		return false
+	}
+	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
+	return err == nil && resize.PreResizeCapacityDone(pvc, pv) && migration.Owns(c.cfg.Driver.Name, pvc, pv)
+}
+
+// hasWork: the PVC needs work, or its PV's pre-resize-capacity is left to remove.
+func (c *Controller) hasWork(pvc *v1.PersistentVolumeClaim) bool {
+	return needsWork(pvc) || c.preResizeCapacityToRemove(pvc)
+}
+
 func (c *Controller) claimAdded(obj any) {
-	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && needsWork(pvc) {
+	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && c.hasWork(pvc) {
 		c.enqueue(pvc)
 	}
 }
 
 // claimUpdated queues a PVC that needs work, or needed it before this update: the update that
-// ends a resize (the kubelet's, after a node step) is what the observer times the end by.
+// ends a resize (the kubelet's, after a node step) is what the observer times the end by, and
+// what lets sync remove the PV's pre-resize-capacity annotation. The update in which
+// kube-controller-manager hands a migrated in-tree PVC to this driver (its storage-resizer
+// annotation) is one of a PVC that needs work: the request was raised before it.
 func (c *Controller) claimUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*v1.PersistentVolumeClaim)
 	pvc, ok2 := newObj.(*v1.PersistentVolumeClaim)
-	if ok1 && ok2 && (needsWork(old) || needsWork(pvc)) {
+	if ok1 && ok2 && (needsWork(old) || c.hasWork(pvc)) {
 		c.enqueue(pvc)
 	}
 }
@@ -50,25 +72,36 @@ func (c *Controller) claimDeleted(obj any) {
 // volumeAdded catches PVCs that were seen before their PV reached the cache.
 func (c *Controller) volumeAdded(obj any) {
 	if pv, ok := obj.(*v1.PersistentVolume); ok {
-		c.enqueueClaimOf(pv)
+		c.enqueueClaimOf(pv, c.hasWork)
 	}
 }
 
-// volumeUpdated reacts to binding only: capacity changes on the PV are the controller's own.
+// volumeUpdated reacts to binding, and to a PV whose pre-resize-capacity is due for removal
+// (the node step may have ended before this PV reached the cache): other changes on the PV
+// are the controller's own, and queue nothing.
 func (c *Controller) volumeUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*v1.PersistentVolume)
 	pv, ok2 := newObj.(*v1.PersistentVolume)
-	if ok1 && ok2 && old.Spec.ClaimRef == nil && pv.Spec.ClaimRef != nil {
-		c.enqueueClaimOf(pv)
+	switch {
+	case !ok1 || !ok2:
+	case old.Spec.ClaimRef == nil && pv.Spec.ClaimRef != nil:
+		c.enqueueClaimOf(pv, c.hasWork)
+	case pv.Annotations[resize.AnnPreResizeCapacity] != "":
+		c.enqueueClaimOf(pv, c.preResizeCapacityToRemove)
 	}
 }
 
-func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume) {
-	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != c.cfg.Driver.Name || pv.Spec.ClaimRef == nil {
+// enqueueClaimOf queues the PVC bound to pv when pv can be this driver's (a CSI PV of the
+// driver, or an in-tree PV when the driver replaces an in-tree plugin: docs/design.md §2.8) and
+// want says the PVC has work.
+func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume, want func(*v1.PersistentVolumeClaim) bool) {
+	ref := pv.Spec.ClaimRef
+	if ref == nil || (pv.Spec.CSI != nil && pv.Spec.CSI.Driver != c.cfg.Driver.Name) ||
+		(pv.Spec.CSI == nil && !migration.IsMigratedDriver(c.cfg.Driver.Name)) {
 		return
 	}
-	ref := pv.Spec.ClaimRef
-	if pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name); err == nil && needsWork(pvc) {
+	pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
+	if err == nil && want(pvc) {
 		c.enqueue(pvc)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -61,6 +62,17 @@ func Connect(ctx context.Context, address string, timeout time.Duration, mm csim
 		return nil, fmt.Errorf("no CSI driver answered on --csi-address %s within --timeout %s (is the driver running and the socket volume mounted?): %w", address, timeout, err)
 	}
 	return conn, nil
+}
+
+// NewMetricsManager returns the metrics manager of the CSI calls of driver ("" before its name
+// is known). The CSI replacement of an in-tree plugin gets the "migrated" label on its
+// csi_sidecar_operations_seconds samples, as upstream gives it: "true" for calls about
+// translated in-tree volumes (ExpandRequest.Migrated), "false" for the others.
+func NewMetricsManager(driver string, migratedDriver bool) csimetrics.CSIMetricsManager {
+	if migratedDriver {
+		return csimetrics.NewCSIMetricsManagerWithOptions(driver, csimetrics.WithMigration())
+	}
+	return csimetrics.NewCSIMetricsManagerForSidecar(driver)
 }
 
 // Handshake waits for the driver to be ready and reads its identity and capabilities.
@@ -131,6 +143,10 @@ type ExpandRequest struct {
 	// Secrets are the controller-expand secrets. Never logged: csi-lib-utils' gRPC logging
 	// strips fields marked csi_secret.
 	Secrets map[string]string
+	// Migrated: the volume is an in-tree PV translated to CSI. It sets the "migrated" label
+	// of the call's csi_sidecar_operations_seconds sample when the metrics manager has it
+	// (NewMetricsManager for a migrated driver), as upstream does.
+	Migrated bool
 }
 
 // ExpandResult is the driver's answer.
@@ -160,6 +176,7 @@ func NewClient(conn *grpc.ClientConn, timeout time.Duration) *Client {
 func (c *Client) Expand(ctx context.Context, req ExpandRequest) (ExpandResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	ctx = context.WithValue(ctx, connection.AdditionalInfoKey, connection.AdditionalInfo{Migrated: strconv.FormatBool(req.Migrated)})
 	rsp, err := csi.NewControllerClient(c.conn).ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
 		VolumeId:         req.VolumeID,
 		CapacityRange:    &csi.CapacityRange{RequiredBytes: req.RequiredBytes},

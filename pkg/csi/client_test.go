@@ -278,3 +278,50 @@ func TestExpand(t *testing.T) {
 		}
 	})
 }
+
+// TestMigratedLabel: for the CSI replacement of an in-tree plugin, each ControllerExpandVolume
+// sample says whether it was about a translated in-tree volume, as upstream's do.
+func TestMigratedLabel(t *testing.T) {
+	t.Parallel()
+	srv := csitest.Start(t, csitest.ControllerDriver())
+	mm := csi.NewMetricsManager("ebs.csi.aws.com", true)
+	conn, err := csi.Connect(context.Background(), srv.Address(), 10*time.Second, mm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := csi.NewClient(conn, 2*time.Second)
+	for _, migrated := range []bool{true, true, false} {
+		srv.Queue(csitest.Response{Code: codes.OK})
+		if _, err := client.Expand(context.Background(), csi.ExpandRequest{VolumeID: "vol-1", RequiredBytes: 1 << 30, Migrated: migrated}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	families, err := mm.GetRegistry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]uint64{}
+	for _, f := range families {
+		if f.GetName() != "csi_sidecar_operations_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method_name"] == "/csi.v1.Controller/ControllerExpandVolume" {
+				counts[labels["migrated"]] += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if counts["true"] != 2 || counts["false"] != 1 || len(counts) != 2 {
+		t.Errorf("ControllerExpandVolume samples by migrated label = %v, want true:2 false:1", counts)
+	}
+
+	plain := csi.NewMetricsManager("hostpath.csi.k8s.io", false)
+	if plain.HaveAdditionalLabel("migrated") {
+		t.Error("a driver that replaces no in-tree plugin has the migrated label")
+	}
+}

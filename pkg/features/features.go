@@ -37,9 +37,6 @@ const (
 	ReleaseLeaderElectionOnExit featuregate.Feature = "ReleaseLeaderElectionOnExit"
 )
 
-// AnnPreResizeCapacity is the PV annotation written when AnnotateFsResize is on.
-const AnnPreResizeCapacity = "volume.alpha.kubernetes.io/pre-resize-capacity"
-
 // Defaults are the sidecar's own gates, as external-resizer v2.2 declares them. GA gates stay
 // switchable (as upstream's), so an operator can fall back.
 var Defaults = map[featuregate.Feature]featuregate.FeatureSpec{

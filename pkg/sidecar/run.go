@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -41,6 +42,8 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/features"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/prioritylimit"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/migration"
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -104,17 +107,11 @@ func parseFlags(fs *flag.FlagSet, args []string, version string) (code int, exit
 
 func run(ctx context.Context, opts *Options, version string) error {
 	logger := klog.FromContext(ctx)
-	mm := csimetrics.NewCSIMetricsManagerForSidecar("")
-	conn, err := csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
+	conn, driver, mm, err := connectDriver(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	driver, err := csi.Handshake(ctx, conn, opts.Timeout)
-	if err != nil {
-		return err
-	}
-	mm.SetDriverName(driver.Name)
 	logger.Info("CSI driver ready", "version", version, "driver", driver.Name, "controllerExpansion", driver.ControllerExpand,
 		"nodeExpansion", driver.NodeExpand, "offlineOnly", driver.OfflineOnly)
 
@@ -180,6 +177,33 @@ func run(ctx context.Context, opts *Options, version string) error {
 	})
 }
 
+// connectDriver connects to the CSI driver and reads its identity and capabilities. The CSI
+// replacement of an in-tree plugin labels its call metrics "migrated", as upstream does; the
+// label is fixed when the metrics manager is made, and the connection's interceptor reports
+// to the manager it was dialled with, so such a driver is dialled again with that manager.
+func connectDriver(ctx context.Context, opts *Options) (*grpc.ClientConn, csi.Driver, csimetrics.CSIMetricsManager, error) {
+	mm := csi.NewMetricsManager("", false)
+	conn, err := csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
+	if err != nil {
+		return nil, csi.Driver{}, nil, err
+	}
+	driver, err := csi.Handshake(ctx, conn, opts.Timeout)
+	if err == nil && migration.IsMigratedDriver(driver.Name) {
+		conn.Close()
+		mm = csi.NewMetricsManager(driver.Name, true)
+		conn, err = csi.Connect(ctx, opts.Common.CSIAddress, opts.Timeout, mm)
+		if err != nil {
+			return nil, csi.Driver{}, nil, err
+		}
+	}
+	if err != nil {
+		conn.Close()
+		return nil, csi.Driver{}, nil, err
+	}
+	mm.SetDriverName(driver.Name)
+	return conn, driver, mm, nil
+}
+
 // newClients returns the clientset of every request but events, and the events' client. Both
 // take tokens from one bucket of --kube-api-qps/--kube-api-burst, the events only when no other
 // request waits (package prioritylimit), so events never delay a resize and the sidecar's total
@@ -213,12 +237,17 @@ func newClients(config *rest.Config) (kubernetes.Interface, typedcorev1.CoreV1In
 // What is read, and so kept (pkg/controller, pkg/resize, pkg/csi, pkg/status, the event
 // recorder's object reference, the log's object keys):
 //   - PVC: name, namespace, UID, resourceVersion, deletionTimestamp, spec.resources,
-//     spec.volumeName, and the whole status (the KEP-1790 state, the conditions the next status
-//     is computed from, phase, capacity).
+//     spec.volumeName, the whole status (the KEP-1790 state, the conditions the next status
+//     is computed from, phase, capacity), and two annotations: storage-resizer (which driver
+//     expands a migrated in-tree volume) and node-expansion-not-required (compared before it
+//     is written).
 //   - PV: name, UID, resourceVersion, deletionTimestamp, the pre-resize-capacity annotation
 //     (compared before it is written), spec.capacity, accessModes, claimRef, volumeMode,
 //     mountOptions (the volume capability of ControllerExpandVolume), and of spec.csi the
-//     driver, volumeHandle, fsType and controllerExpandSecretRef; status.phase.
+//     driver, volumeHandle, fsType and controllerExpandSecretRef; status.phase. A PV of a
+//     migratable in-tree plugin (awsElasticBlockStore, gcePersistentDisk, ...) keeps its whole
+//     in-tree source, its labels and its nodeAffinity: csi-translation-lib builds the volume
+//     handle and topology from them (a GCE PD's zone is a label). Such PVs are few.
 //
 // Dropping a field here never removes it from the API object: the resizer only sends merge
 // patches of the fields it changes. A new field the resizer reads must be added here.
@@ -250,14 +279,34 @@ func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	}
 }
 
+// claimAnnotations are the PVC annotations the resizer reads.
+var claimAnnotations = []string{migration.AnnStorageResizer, resize.AnnNodeExpansionNotRequired}
+
+// keepAnnotations returns the annotations among keys that m has (values interned: a driver
+// name, "true"), nil when it has none.
+func keepAnnotations(m map[string]string, keys ...string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(keys))
+			}
+			out[k] = internString(v)
+		}
+	}
+	return out
+}
+
 func slimClaim(pvc *v1.PersistentVolumeClaim) *v1.PersistentVolumeClaim {
 	st := pvc.Status
 	st.Phase = v1.PersistentVolumeClaimPhase(internString(string(st.Phase)))
 	st.AccessModes = internModes(st.AccessModes)
 	st.Capacity = resourceLists.intern(st.Capacity)
 	st.AllocatedResources = resourceLists.intern(st.AllocatedResources)
+	meta := slimMeta(&pvc.ObjectMeta)
+	meta.Annotations = keepAnnotations(pvc.Annotations, claimAnnotations...)
 	return &v1.PersistentVolumeClaim{
-		ObjectMeta: slimMeta(&pvc.ObjectMeta),
+		ObjectMeta: meta,
 		Spec: v1.PersistentVolumeClaimSpec{
 			Resources: v1.VolumeResourceRequirements{
 				Requests: resourceLists.intern(pvc.Spec.Resources.Requests),
@@ -281,8 +330,11 @@ func slimVolume(pv *v1.PersistentVolume) *v1.PersistentVolume {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: v1.PersistentVolumePhase(internString(string(pv.Status.Phase)))},
 	}
-	if v, ok := pv.Annotations[features.AnnPreResizeCapacity]; ok {
-		out.Annotations = map[string]string{features.AnnPreResizeCapacity: v}
+	out.Annotations = keepAnnotations(pv.Annotations, resize.AnnPreResizeCapacity)
+	if migration.HasInTreeSource(pv) {
+		out.Spec.PersistentVolumeSource = pv.Spec.PersistentVolumeSource
+		out.Spec.NodeAffinity = pv.Spec.NodeAffinity
+		out.Labels = pv.Labels
 	}
 	if ref := out.Spec.ClaimRef; ref != nil {
 		// The decoded reference belongs to this object alone; share its repeated strings.

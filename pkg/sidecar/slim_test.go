@@ -11,8 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
-	"github.com/csi-resizer/csi-resizer/pkg/features"
+	"github.com/csi-resizer/csi-resizer/pkg/migration"
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 // fullMeta is metadata as a provisioner and the PV controller leave it: everything the
@@ -88,7 +90,7 @@ func fullVolume(name string) *v1.PersistentVolume {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound, Message: "bound"},
 	}
-	pv.Annotations[features.AnnPreResizeCapacity] = "1Gi"
+	pv.Annotations[resize.AnnPreResizeCapacity] = "1Gi"
 	return pv
 }
 
@@ -104,12 +106,16 @@ func keptMeta(in metav1.ObjectMeta) metav1.ObjectMeta {
 // both the transform and this test.
 func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 	pvc := fullClaim("data")
+	pvc.Annotations[migration.AnnStorageResizer] = "ebs.csi.aws.com"
+	pvc.Annotations[resize.AnnNodeExpansionNotRequired] = "true"
 	out, err := slimObject(pvc.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantMeta := keptMeta(pvc.ObjectMeta)
+	wantMeta.Annotations = map[string]string{migration.AnnStorageResizer: "ebs.csi.aws.com", resize.AnnNodeExpansionNotRequired: "true"}
 	want := &v1.PersistentVolumeClaim{
-		ObjectMeta: keptMeta(pvc.ObjectMeta),
+		ObjectMeta: wantMeta,
 		Spec: v1.PersistentVolumeClaimSpec{
 			Resources:  pvc.Spec.Resources,
 			VolumeName: pvc.Spec.VolumeName,
@@ -141,17 +147,45 @@ func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: pv.Status.Phase},
 	}
-	wantPV.Annotations = map[string]string{features.AnnPreResizeCapacity: "1Gi"}
+	wantPV.Annotations = map[string]string{resize.AnnPreResizeCapacity: "1Gi"}
 	if got := out.(*v1.PersistentVolume); !equality.Semantic.DeepEqual(got, wantPV) {
 		t.Errorf("slim PV:\n got %+v\nwant %+v", got, wantPV)
 	}
 
-	// A PV without the annotation gets no annotation map at all.
+	// A PV without the annotation gets no annotation map at all, nor a PVC without either.
 	bare := fullVolume("pv-bare")
-	delete(bare.Annotations, features.AnnPreResizeCapacity)
+	delete(bare.Annotations, resize.AnnPreResizeCapacity)
 	out, _ = slimObject(bare)
 	if a := out.(*v1.PersistentVolume).Annotations; a != nil {
 		t.Errorf("slim PV without the pre-resize annotation keeps annotations %v", a)
+	}
+	out, _ = slimObject(fullClaim("bare"))
+	if a := out.(*v1.PersistentVolumeClaim).Annotations; a != nil {
+		t.Errorf("slim PVC without the resizer's annotations keeps annotations %v", a)
+	}
+
+	// An in-tree PV keeps what csi-translation-lib reads: its whole source, labels and node
+	// affinity; and its translation is the same as the full PV's.
+	inTree := fullVolume("pv-ebs")
+	inTree.Spec.CSI = nil
+	inTree.Spec.AWSElasticBlockStore = &v1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/vol-0abc", FSType: "xfs", Partition: 1}
+	inTree.Labels = map[string]string{v1.LabelTopologyZone: "us-east-1a"}
+	out, _ = slimObject(inTree.DeepCopy())
+	slim := out.(*v1.PersistentVolume)
+	if !equality.Semantic.DeepEqual(slim.Spec.PersistentVolumeSource, inTree.Spec.PersistentVolumeSource) ||
+		!equality.Semantic.DeepEqual(slim.Spec.NodeAffinity, inTree.Spec.NodeAffinity) || !equality.Semantic.DeepEqual(slim.Labels, inTree.Labels) {
+		t.Errorf("slim in-tree PV lost translation input: %+v", slim)
+	}
+	fromFull, _, err := migration.CSIView(klog.Background(), inTree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromSlim, _, err := migration.CSIView(klog.Background(), slim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(fromFull.Spec.CSI, fromSlim.Spec.CSI) || !equality.Semantic.DeepEqual(fromFull.Spec.NodeAffinity, fromSlim.Spec.NodeAffinity) {
+		t.Errorf("translation of the slim PV %+v differs from the full PV's %+v", fromSlim.Spec, fromFull.Spec)
 	}
 }
 

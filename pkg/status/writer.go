@@ -22,13 +22,14 @@ import (
 // Writer is the boundary between the controller and the API for everything it writes about a
 // volume. Tests may replace it.
 type Writer interface {
-	// PatchClaimStatus writes newStatus over pvc's status. With guard, the write fails with a
-	// conflict when pvc is not the latest version. It returns the PVC as written, and pvc
-	// itself (no API call) when nothing changed.
-	PatchClaimStatus(ctx context.Context, pvc *v1.PersistentVolumeClaim, newStatus v1.PersistentVolumeClaimStatus, guard bool) (*v1.PersistentVolumeClaim, error)
-	// PatchVolume sets the PV's storage capacity and adds annotations, in one write; no call
-	// when nothing changes.
-	PatchVolume(ctx context.Context, pv *v1.PersistentVolume, capacity resource.Quantity, annotations map[string]string) (*v1.PersistentVolume, error)
+	// PatchClaimStatus writes newStatus over pvc's status, and the annotation changes (a nil
+	// value removes the key) in the same write. With guard, the write fails with a conflict
+	// when pvc is not the latest version. It returns the PVC as written, and pvc itself (no
+	// API call) when nothing changed.
+	PatchClaimStatus(ctx context.Context, pvc *v1.PersistentVolumeClaim, newStatus v1.PersistentVolumeClaimStatus, annotations map[string]*string, guard bool) (*v1.PersistentVolumeClaim, error)
+	// PatchVolume sets the PV's storage capacity and changes annotations (a nil value removes
+	// the key), in one write; no call when nothing changes.
+	PatchVolume(ctx context.Context, pv *v1.PersistentVolume, capacity resource.Quantity, annotations map[string]*string) (*v1.PersistentVolume, error)
 }
 
 // APIWriter implements Writer with a clientset.
@@ -39,8 +40,8 @@ type APIWriter struct {
 }
 
 // PatchClaimStatus implements Writer.
-func (w *APIWriter) PatchClaimStatus(ctx context.Context, pvc *v1.PersistentVolumeClaim, newStatus v1.PersistentVolumeClaimStatus, guard bool) (*v1.PersistentVolumeClaim, error) {
-	patch, changed, err := ClaimStatusPatch(pvc, newStatus, guard)
+func (w *APIWriter) PatchClaimStatus(ctx context.Context, pvc *v1.PersistentVolumeClaim, newStatus v1.PersistentVolumeClaimStatus, annotations map[string]*string, guard bool) (*v1.PersistentVolumeClaim, error) {
+	patch, changed, err := ClaimStatusPatch(pvc, newStatus, annotations, guard)
 	if err != nil || !changed {
 		return pvc, err
 	}
@@ -53,7 +54,7 @@ func (w *APIWriter) PatchClaimStatus(ctx context.Context, pvc *v1.PersistentVolu
 }
 
 // PatchVolume implements Writer.
-func (w *APIWriter) PatchVolume(ctx context.Context, pv *v1.PersistentVolume, capacity resource.Quantity, annotations map[string]string) (*v1.PersistentVolume, error) {
+func (w *APIWriter) PatchVolume(ctx context.Context, pv *v1.PersistentVolume, capacity resource.Quantity, annotations map[string]*string) (*v1.PersistentVolume, error) {
 	patch, changed, err := VolumePatch(pv, capacity, annotations)
 	if err != nil || !changed {
 		return pv, err
@@ -67,8 +68,11 @@ func (w *APIWriter) PatchVolume(ctx context.Context, pv *v1.PersistentVolume, ca
 
 // ClaimStatusPatch builds the merge patch from pvc.Status to newStatus over the fields the
 // resizer owns (allocatedResources.storage, allocatedResourceStatuses.storage,
-// capacity.storage, conditions), and reports whether anything changed.
-func ClaimStatusPatch(pvc *v1.PersistentVolumeClaim, newStatus v1.PersistentVolumeClaimStatus, guard bool) ([]byte, bool, error) {
+// capacity.storage, conditions) and the annotation changes, and reports whether anything
+// changed. Annotations travel in the status write: the apiserver takes metadata changes on
+// the PVC's status subresource (only spec is reset there), which is how upstream writes them
+// too, so they cost no write of their own.
+func ClaimStatusPatch(pvc *v1.PersistentVolumeClaim, newStatus v1.PersistentVolumeClaimStatus, annotations map[string]*string, guard bool) ([]byte, bool, error) {
 	old := pvc.Status
 	st := map[string]any{}
 	if q, ok := quantityChange(old.AllocatedResources, newStatus.AllocatedResources); ok {
@@ -91,30 +95,52 @@ func ClaimStatusPatch(pvc *v1.PersistentVolumeClaim, newStatus v1.PersistentVolu
 			st["conditions"] = newStatus.Conditions
 		}
 	}
-	if len(st) == 0 {
+	ann := annotationChanges(pvc.Annotations, annotations)
+	if len(st) == 0 && len(ann) == 0 {
 		return nil, false, nil
 	}
-	patch := map[string]any{"status": st}
+	patch := map[string]any{}
+	if len(st) > 0 {
+		patch["status"] = st
+	}
+	meta := map[string]any{}
+	if len(ann) > 0 {
+		meta["annotations"] = ann
+	}
 	if guard {
-		patch["metadata"] = map[string]any{"resourceVersion": pvc.ResourceVersion}
+		meta["resourceVersion"] = pvc.ResourceVersion
+	}
+	if len(meta) > 0 {
+		patch["metadata"] = meta
 	}
 	b, err := json.Marshal(patch)
 	return b, true, err
 }
 
-// VolumePatch builds the merge patch setting a PV's storage capacity and annotations.
-func VolumePatch(pv *v1.PersistentVolume, capacity resource.Quantity, annotations map[string]string) ([]byte, bool, error) {
+// annotationChanges is the merge patch of annotations for the wanted changes (nil value:
+// remove) that differ from cur.
+func annotationChanges(cur map[string]string, want map[string]*string) map[string]any {
+	ann := map[string]any{}
+	for k, v := range want {
+		old, ok := cur[k]
+		switch {
+		case v == nil && ok:
+			ann[k] = nil
+		case v != nil && (!ok || old != *v):
+			ann[k] = *v
+		}
+	}
+	return ann
+}
+
+// VolumePatch builds the merge patch setting a PV's storage capacity and changing annotations
+// (a nil value removes the key).
+func VolumePatch(pv *v1.PersistentVolume, capacity resource.Quantity, annotations map[string]*string) ([]byte, bool, error) {
 	patch := map[string]any{}
 	if cur, ok := pv.Spec.Capacity[v1.ResourceStorage]; !ok || cur.Cmp(capacity) != 0 {
 		patch["spec"] = map[string]any{"capacity": map[string]any{string(v1.ResourceStorage): capacity.String()}}
 	}
-	ann := map[string]any{}
-	for k, v := range annotations {
-		if cur, ok := pv.Annotations[k]; !ok || cur != v {
-			ann[k] = v
-		}
-	}
-	if len(ann) > 0 {
+	if ann := annotationChanges(pv.Annotations, annotations); len(ann) > 0 {
 		patch["metadata"] = map[string]any{"annotations": ann}
 	}
 	if len(patch) == 0 {

@@ -87,9 +87,13 @@ func TestClaimStatusPatch(t *testing.T) {
 	noAlloc := *started.DeepCopy()
 	noAlloc.AllocatedResources = nil
 
+	const nenr = "volume.kubernetes.io/node-expansion-not-required"
+	yes := "true"
 	for _, tc := range []struct {
 		name     string
 		old, new v1.PersistentVolumeClaimStatus
+		oldAnn   map[string]string
+		ann      map[string]*string
 		guard    bool
 		want     string // "" = no patch
 	}{
@@ -136,11 +140,31 @@ func TestClaimStatusPatch(t *testing.T) {
 		{name: "nothing changed, guarded", old: started, new: started, guard: true},
 		{name: "nothing changed, unguarded", old: failed, new: *failed.DeepCopy()},
 		{name: "same quantities in another notation", old: started, new: sameInBytes, guard: true},
+		{
+			name: "done with an annotation added, guarded: one write", old: started, new: done, ann: map[string]*string{nenr: &yes}, guard: true,
+			want: `{"metadata":{"resourceVersion":"42","annotations":{"volume.kubernetes.io/node-expansion-not-required":"true"}},
+				"status":{"capacity":{"storage":"2Gi"},"allocatedResourceStatuses":{"storage":null},"conditions":null}}`,
+		},
+		{
+			name: "start with an annotation removed", old: base, new: started, oldAnn: map[string]string{nenr: "true", "keep": "me"}, ann: map[string]*string{nenr: nil},
+			want: `{"metadata":{"annotations":{"volume.kubernetes.io/node-expansion-not-required":null}},"status":{
+				"allocatedResources":{"storage":"2Gi"},
+				"allocatedResourceStatuses":{"storage":"ControllerResizeInProgress"},
+				"conditions":[{"type":"Resizing","status":"True","reason":"ControllerExpansionInProgress","message":"expanding to 2Gi",
+					"lastProbeTime":"2026-01-02T03:04:05Z","lastTransitionTime":"2026-01-02T03:04:05Z"}]}}`,
+		},
+		{
+			name: "annotation change only", old: done, new: done, ann: map[string]*string{nenr: &yes},
+			want: `{"metadata":{"annotations":{"volume.kubernetes.io/node-expansion-not-required":"true"}}}`,
+		},
+		{name: "annotation already as wanted, status unchanged: no write", old: done, new: done, oldAnn: map[string]string{nenr: "true"}, ann: map[string]*string{nenr: &yes}, guard: true},
+		{name: "removing an absent annotation: no write", old: done, new: done, ann: map[string]*string{nenr: nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pvc := claimWith(tc.old)
+			pvc.Annotations = tc.oldAnn
 			before := pvc.DeepCopy()
-			patch, changed, err := status.ClaimStatusPatch(pvc, tc.new, tc.guard)
+			patch, changed, err := status.ClaimStatusPatch(pvc, tc.new, tc.ann, tc.guard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,21 +193,27 @@ func TestVolumePatch(t *testing.T) {
 	const ann = "volume.alpha.kubernetes.io/pre-resize-capacity"
 	annotated := vol.DeepCopy()
 	annotated.Annotations[ann] = "1Gi"
+	oneGi := "1Gi"
+	set := map[string]*string{ann: &oneGi}
+	remove := map[string]*string{ann: nil}
 	for _, tc := range []struct {
 		name        string
 		pv          *v1.PersistentVolume
 		capacity    string
-		annotations map[string]string
+		annotations map[string]*string
 		want        string
 	}{
 		{name: "capacity", pv: vol, capacity: "2Gi", want: `{"spec":{"capacity":{"storage":"2Gi"}}}`},
-		{name: "capacity and annotation", pv: vol, capacity: "2Gi", annotations: map[string]string{ann: "1Gi"},
+		{name: "capacity and annotation", pv: vol, capacity: "2Gi", annotations: set,
 			want: `{"spec":{"capacity":{"storage":"2Gi"}},"metadata":{"annotations":{"volume.alpha.kubernetes.io/pre-resize-capacity":"1Gi"}}}`},
-		{name: "annotation only", pv: vol, capacity: "1Gi", annotations: map[string]string{ann: "1Gi"},
+		{name: "annotation only", pv: vol, capacity: "1Gi", annotations: set,
 			want: `{"metadata":{"annotations":{"volume.alpha.kubernetes.io/pre-resize-capacity":"1Gi"}}}`},
-		{name: "annotation already there", pv: annotated, capacity: "2Gi", annotations: map[string]string{ann: "1Gi"},
+		{name: "annotation already there", pv: annotated, capacity: "2Gi", annotations: set,
 			want: `{"spec":{"capacity":{"storage":"2Gi"}}}`},
-		{name: "nothing changes", pv: annotated, capacity: "1024Mi", annotations: map[string]string{ann: "1Gi"}},
+		{name: "nothing changes", pv: annotated, capacity: "1024Mi", annotations: set},
+		{name: "annotation removed with null, capacity kept", pv: annotated, capacity: "1Gi", annotations: remove,
+			want: `{"metadata":{"annotations":{"volume.alpha.kubernetes.io/pre-resize-capacity":null}}}`},
+		{name: "removing an absent annotation: nothing", pv: vol, capacity: "1Gi", annotations: remove},
 		{name: "lower capacity (node-only recovery)", pv: vol, capacity: "512Mi", want: `{"spec":{"capacity":{"storage":"512Mi"}}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,7 +254,7 @@ func TestAPIWriter(t *testing.T) {
 	st.AllocatedResources = storage("2Gi")
 	st.AllocatedResourceStatuses = states(v1.PersistentVolumeClaimControllerResizeInProgress)
 
-	out, err := w.PatchClaimStatus(ctx, cur, st, true)
+	out, err := w.PatchClaimStatus(ctx, cur, st, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +266,7 @@ func TestAPIWriter(t *testing.T) {
 	}
 
 	n := len(kube.Actions())
-	same, err := w.PatchClaimStatus(ctx, out, out.Status, true)
+	same, err := w.PatchClaimStatus(ctx, out, out.Status, nil, true)
 	if err != nil || same != out {
 		t.Errorf("unchanged status: got %p err %v, want the same object back", same, err)
 	}
@@ -244,7 +274,8 @@ func TestAPIWriter(t *testing.T) {
 		t.Errorf("unchanged status made %d API requests", len(kube.Actions())-n)
 	}
 
-	pvOut, err := w.PatchVolume(ctx, vol, resource.MustParse("2Gi"), map[string]string{"a": "b"})
+	b := "b"
+	pvOut, err := w.PatchVolume(ctx, vol, resource.MustParse("2Gi"), map[string]*string{"a": &b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +283,7 @@ func TestAPIWriter(t *testing.T) {
 		t.Errorf("written PV: capacity %s, annotations %v", c.String(), pvOut.Annotations)
 	}
 	n = len(kube.Actions())
-	if _, err := w.PatchVolume(ctx, pvOut, resource.MustParse("2Gi"), map[string]string{"a": "b"}); err != nil {
+	if _, err := w.PatchVolume(ctx, pvOut, resource.MustParse("2Gi"), map[string]*string{"a": &b}); err != nil {
 		t.Fatal(err)
 	}
 	if len(kube.Actions()) != n {
@@ -260,7 +291,7 @@ func TestAPIWriter(t *testing.T) {
 	}
 	missing := claimWith(v1.PersistentVolumeClaimStatus{})
 	missing.Name = "gone"
-	if _, err := w.PatchClaimStatus(ctx, missing, st, false); !apierrors.IsNotFound(err) {
+	if _, err := w.PatchClaimStatus(ctx, missing, st, nil, false); !apierrors.IsNotFound(err) {
 		t.Errorf("patching a missing PVC: err = %v, want NotFound (wrapped)", err)
 	}
 }

@@ -84,6 +84,19 @@ func EnsureStorageClass(t testing.TB, ctx context.Context, client kubernetes.Int
 // write it races with is retried). The PV is named <namespace>-<name>.
 func CreateBoundClaim(t testing.TB, ctx context.Context, client kubernetes.Interface, ns, name, driverName, volumeID, size, storageClass string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	t.Helper()
+	src := corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+		Driver:       driverName,
+		VolumeHandle: volumeID,
+		FSType:       "ext4",
+	}}
+	return CreateBoundClaimWithSource(t, ctx, client, ns, name, driverName, src, size, storageClass, nil)
+}
+
+// CreateBoundClaimWithSource is CreateBoundClaim for a PV with any volume source (an in-tree
+// awsElasticBlockStore, say) and a PVC created with claimAnnotations. driverName names the
+// storage class's provisioner and the PV's provisioned-by annotation.
+func CreateBoundClaimWithSource(t testing.TB, ctx context.Context, client kubernetes.Interface, ns, name, driverName string, src corev1.PersistentVolumeSource, size, storageClass string, claimAnnotations map[string]string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	t.Helper()
 	qty, err := resource.ParseQuantity(size)
 	if err != nil {
 		t.Fatalf("size %q: %v", size, err)
@@ -101,13 +114,9 @@ func CreateBoundClaim(t testing.TB, ctx context.Context, client kubernetes.Inter
 			Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": driverName},
 		},
 		Spec: corev1.PersistentVolumeSpec{
-			Capacity:    corev1.ResourceList{corev1.ResourceStorage: qty},
-			AccessModes: accessModes,
-			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
-				Driver:       driverName,
-				VolumeHandle: volumeID,
-				FSType:       "ext4",
-			}},
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: qty},
+			AccessModes:                   accessModes,
+			PersistentVolumeSource:        src,
 			ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: ns, Name: name},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			StorageClassName:              storageClass,
@@ -119,7 +128,7 @@ func CreateBoundClaim(t testing.TB, ctx context.Context, client kubernetes.Inter
 	}
 
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: claimAnnotations},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      accessModes,
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: qty}},

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/test/framework"
 	"github.com/csi-resizer/csi-resizer/test/scenario"
@@ -238,13 +237,7 @@ func TestNodeOnlyDriver(t *testing.T) {
 		t.Errorf("PV capacity = %s, want 5Gi", c.String())
 	}
 	// The node fails for good; the user lowers the request; the resizer may lower the PV.
-	pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInfeasible
-	pvc.Status.Conditions = append(pvc.Status.Conditions, v1.PersistentVolumeClaimCondition{
-		Type: v1.PersistentVolumeClaimNodeResizeError, Status: v1.ConditionTrue, Reason: "NodeResizeFailed", Message: "filesystem too small to grow", LastTransitionTime: metav1.Now(),
-	})
-	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).UpdateStatus(e.Ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("playing the kubelet's failure: %v", err)
-	}
+	e.FailNodeExpansion(t, "data")
 	e.SetRequest(t, "data", "2Gi")
 	pvc = e.WaitClaim(t, "data", resizeTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
 		_, _, alloc := scenario.Storage(pvc)

@@ -32,7 +32,7 @@ func TestStatusWriterGuard(t *testing.T) {
 	st := *stale.Status.DeepCopy()
 	st.AllocatedResources = v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")}
 	st.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimControllerResizeInProgress}
-	out, err := w.PatchClaimStatus(ctx, stale, st, true)
+	out, err := w.PatchClaimStatus(ctx, stale, st, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,14 +42,14 @@ func TestStatusWriterGuard(t *testing.T) {
 
 	st2 := *st.DeepCopy()
 	st2.AllocatedResources = v1.ResourceList{v1.ResourceStorage: resource.MustParse("3Gi")}
-	if _, err := w.PatchClaimStatus(ctx, stale, st2, true); !apierrors.IsConflict(err) {
+	if _, err := w.PatchClaimStatus(ctx, stale, st2, nil, true); !apierrors.IsConflict(err) {
 		t.Errorf("guarded write on the stale PVC: err = %v, want a conflict", err)
 	}
-	unguarded, err := w.PatchClaimStatus(ctx, stale, st2, false)
+	unguarded, err := w.PatchClaimStatus(ctx, stale, st2, nil, false)
 	if err != nil {
 		t.Fatalf("unguarded write: %v", err)
 	}
-	same, err := w.PatchClaimStatus(ctx, unguarded, unguarded.Status, true)
+	same, err := w.PatchClaimStatus(ctx, unguarded, unguarded.Status, nil, true)
 	if err != nil || same != unguarded {
 		t.Errorf("unchanged status: got %p, err %v; want the same object back, no request", same, err)
 	}

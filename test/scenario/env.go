@@ -351,6 +351,20 @@ func MetricValue(body, metric string, labels ...string) float64 {
 	return sum
 }
 
+// FailNodeExpansion plays the kubelet whose node expansion of claim name failed for good:
+// NodeResizeInfeasible with a NodeResizeError condition.
+func (e *Env) FailNodeExpansion(t testing.TB, name string) {
+	t.Helper()
+	pvc := e.PVC(t, name)
+	pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimNodeResizeInfeasible
+	pvc.Status.Conditions = append(pvc.Status.Conditions, v1.PersistentVolumeClaimCondition{
+		Type: v1.PersistentVolumeClaimNodeResizeError, Status: v1.ConditionTrue, Reason: "NodeResizeFailed", Message: "filesystem too small to grow", LastTransitionTime: metav1.Now(),
+	})
+	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).UpdateStatus(e.Ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("playing the kubelet's failure for %s: %v", name, err)
+	}
+}
+
 // FinishNodeExpansion plays the kubelet for a PVC waiting in NodeResizePending (there is no
 // kubelet here): capacity = allocated size, state and FileSystemResizePending cleared. A PVC in
 // any other state is left alone.
