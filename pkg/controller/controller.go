@@ -14,7 +14,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -288,32 +287,6 @@ func (c *Controller) volumeOf(pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolu
 		return nil, false
 	}
 	return pv, true
-}
-
-// expandRequest builds the ControllerExpandVolume request for a PV: volume handle, capability
-// and the controller-expand secret. A migrated in-tree PV is translated first, so these are
-// those of its CSI view (docs/design.md §2.8).
-func (c *Controller) expandRequest(ctx context.Context, pv *v1.PersistentVolume, size resource.Quantity) (csi.ExpandRequest, error) {
-	pv, migrated, err := migration.CSIView(klog.FromContext(ctx), pv)
-	if err != nil {
-		return csi.ExpandRequest{}, err
-	}
-	capability, err := csi.VolumeCapability(pv, c.cfg.Driver.SingleNodeMultiWriter)
-	if err != nil {
-		return csi.ExpandRequest{}, err
-	}
-	req := csi.ExpandRequest{VolumeID: pv.Spec.CSI.VolumeHandle, RequiredBytes: size.Value(), Capability: capability, Migrated: migrated}
-	if ref := pv.Spec.CSI.ControllerExpandSecretRef; ref != nil {
-		secret, err := c.cfg.Client.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		if err != nil {
-			return req, fmt.Errorf("reading the controller-expand secret %s/%s of PV %s: %w", ref.Namespace, ref.Name, pv.Name, err)
-		}
-		req.Secrets = make(map[string]string, len(secret.Data))
-		for k, v := range secret.Data {
-			req.Secrets[k] = string(v)
-		}
-	}
-	return req, nil
 }
 
 // preResizeAnnotation is the pre-resize-capacity change written with the PV's new capacity

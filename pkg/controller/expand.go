@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
@@ -20,7 +21,7 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	if waiting, err := c.waitForPods(ctx, pvc, true); err != nil || waiting {
 		return 0, err
 	}
-	req, err := c.expandRequest(ctx, pv, plan.Target)
+	req, err := csi.NewExpandRequest(ctx, c.cfg.Client.CoreV1(), pv, c.cfg.Driver, plan.Target.Value())
 	if err != nil {
 		c.cfg.Recorder.Event(pvc, v1.EventTypeWarning, EventResizeFailed, err.Error())
 		return 0, err

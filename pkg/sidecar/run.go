@@ -115,13 +115,10 @@ func run(ctx context.Context, opts *Options, version string) error {
 	logger.Info("CSI driver ready", "version", version, "driver", driver.Name, "controllerExpansion", driver.ControllerExpand,
 		"nodeExpansion", driver.NodeExpand, "offlineOnly", driver.OfflineOnly)
 
-	config, err := clientcmd.BuildConfigFromFlags(opts.Master, opts.Common.KubeConfig)
+	config, err := clientConfig(opts)
 	if err != nil {
-		return fmt.Errorf("building the Kubernetes client config (check --kubeconfig/--master): %w", err)
+		return err
 	}
-	config.QPS = float32(opts.Common.KubeAPIQPS)
-	config.Burst = opts.Common.KubeAPIBurst
-	config = rest.AddUserAgent(config, "csi-resizer")
 	client, events, err := newClients(config)
 	if err != nil {
 		return err
@@ -131,10 +128,8 @@ func run(ctx context.Context, opts *Options, version string) error {
 	pvcs := factory.Core().V1().PersistentVolumeClaims()
 	pvs := factory.Core().V1().PersistentVolumes()
 
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "external-resizer " + driver.Name})
+	recorder, stopEvents := newRecorder(ctx, events, driver.Name)
+	defer stopEvents()
 
 	rec := metrics.NewRecorder(driver.Name)
 	ctrl := controller.New(controller.Config{
@@ -158,14 +153,7 @@ func run(ctx context.Context, opts *Options, version string) error {
 		mm.GetRegistry().CustomMustRegister(metrics.NewStateCollector(driver.Name, ctrl.ClaimStates))
 		mm.WithAdditionalRegistry(legacyregistry.DefaultGatherer)
 		mm.RegisterToServer(mux, opts.Common.MetricsPath)
-		srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error(err, "HTTP endpoint failed", "address", addr)
-				klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-			}
-		}()
-		defer srv.Close()
+		defer serveHTTP(logger, addr, mux).Close()
 		logger.Info("Serving metrics", "address", addr, "path", opts.Common.MetricsPath)
 	}
 
@@ -175,6 +163,41 @@ func run(ctx context.Context, opts *Options, version string) error {
 		factory.Start(ctx.Done())
 		return ctrl.Run(ctx, opts.Workers)
 	})
+}
+
+// newRecorder is the PVC event recorder, writing through the events' own client (lower
+// priority within --kube-api-qps). The source component is upstream's, so event filters written
+// for upstream keep working.
+func newRecorder(ctx context.Context, events typedcorev1.EventsGetter, driver string) (record.EventRecorder, func()) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.Events("")})
+	return broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "external-resizer " + driver}), broadcaster.Shutdown
+}
+
+// clientConfig is the API client configuration from --kubeconfig/--master (in-cluster when
+// both are empty) with --kube-api-qps/--kube-api-burst and the user agent.
+func clientConfig(opts *Options) (*rest.Config, error) {
+	config, err := clientcmd.BuildConfigFromFlags(opts.Master, opts.Common.KubeConfig)
+	if err != nil {
+		return nil, fmt.Errorf("building the Kubernetes client config (check --kubeconfig/--master): %w", err)
+	}
+	config.QPS = float32(opts.Common.KubeAPIQPS)
+	config.Burst = opts.Common.KubeAPIBurst
+	return rest.AddUserAgent(config, "csi-resizer"), nil
+}
+
+// serveHTTP serves the diagnostics endpoint (metrics, /healthz/leader-election) on addr. A
+// listener that fails ends the process: a sidecar that cannot be scraped or health-checked
+// must not run on unseen.
+func serveHTTP(logger klog.Logger, addr string, mux *http.ServeMux) *http.Server {
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "HTTP endpoint failed", "address", addr)
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+	}()
+	return srv
 }
 
 // connectDriver connects to the CSI driver and reads its identity and capabilities. The CSI
