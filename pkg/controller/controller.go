@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	"github.com/csi-resizer/csi-resizer/pkg/inuse"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
@@ -145,13 +145,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		}
 	}
 	klog.FromContext(ctx).Info("Starting workers", "driver", c.cfg.Driver.Name, "workers", workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.work, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	reconcile.RunWorkers(ctx, c.queue, workers, "pvc", c.sync)
 	return nil
 }
 
@@ -178,31 +172,6 @@ func (c *Controller) ClaimStates() []metrics.ClaimState {
 		}
 	}
 	return out
-}
-
-func (c *Controller) work(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	next, err := c.sync(ctx, key)
-	switch {
-	case err != nil:
-		klog.FromContext(ctx).Error(err, "Resize attempt failed; retrying with backoff", "pvc", key)
-		c.queue.AddRateLimited(key)
-	case next > 0:
-		c.queue.Forget(key)
-		c.queue.AddAfter(key, next)
-	default:
-		c.queue.Forget(key)
-	}
-	return true
 }
 
 // sync reconciles one PVC. It returns an error for a retry with backoff, or a delay after which

@@ -25,7 +25,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,7 +32,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -46,6 +44,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 )
@@ -163,48 +162,19 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	logger.Info("Starting controller", "controller", Name, "workers", workers)
 	defer logger.Info("Stopped controller", "controller", Name)
 
-	// Shut the queue down when ctx ends so idle workers return.
-	go func() {
-		<-ctx.Done()
-		c.queue.ShutDown()
-	}()
 	c.factory.Start(ctx.Done())
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
 		return nil // only happens when ctx ended: a normal shutdown
 	}
-	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wait.UntilWithContext(ctx, c.runWorker, time.Second)
-		}()
-	}
-	wg.Wait()
+	reconcile.RunWorkers(ctx, c.queue, workers, "statefulset", c.syncKey)
 	return nil
 }
 
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNextItem(ctx) {
-	}
-}
-
-func (c *Controller) processNextItem(ctx context.Context) bool {
-	key, shutdown := c.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.sync(ctx, key)
-	if err == nil {
-		c.queue.Forget(key)
-		return true
-	}
-	// Transient: retry with per-key exponential backoff. Permanent errors
-	// never reach this point (they are reported and not retried).
-	klog.FromContext(ctx).Error(err, "Reconcile failed, will retry", "statefulset", key, "retries", c.queue.NumRequeues(key))
-	c.queue.AddRateLimited(key)
-	return true
+// syncKey is sync in the shared worker loop's terms: transient errors are retried with per-key
+// exponential backoff; permanent ones are reported by sync and never returned, and nothing is
+// re-examined on a timer (the StatefulSet's and its PVCs' events bring it back).
+func (c *Controller) syncKey(ctx context.Context, key string) (time.Duration, error) {
+	return 0, c.sync(ctx, key)
 }
 
 // sync reconciles one StatefulSet, given as "namespace/name": the worker's

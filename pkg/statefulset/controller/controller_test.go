@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
@@ -100,7 +101,7 @@ func TestPermanentPatchErrorParallel(t *testing.T) {
 			field.ErrorList{field.Forbidden(field.NewPath("spec", "resources", "requests", "storage"), "field can not be less than status.capacity")})
 	})
 	h.ctrl.queue.Add(ns + "/web")
-	if !h.ctrl.processNextItem(h.ctx) {
+	if !reconcile.ProcessNext(h.ctx, h.ctrl.queue, "statefulset", h.ctrl.syncKey) {
 		t.Fatal("queue shut down")
 	}
 	if n := h.ctrl.queue.NumRequeues(ns + "/web"); n != 0 {
@@ -157,7 +158,7 @@ func TestTransientPatchErrorIsRetried(t *testing.T) {
 	})
 	key := ns + "/web"
 	h.ctrl.queue.Add(key)
-	h.ctrl.processNextItem(h.ctx)
+	reconcile.ProcessNext(h.ctx, h.ctrl.queue, "statefulset", h.ctrl.syncKey)
 	if n := h.ctrl.queue.NumRequeues(key); n != 1 {
 		t.Fatalf("requeues after a transient error = %d, want 1", n)
 	}
@@ -165,7 +166,7 @@ func TestTransientPatchErrorIsRetried(t *testing.T) {
 		t.Error("transient error not recorded on the StatefulSet")
 	}
 	// The item comes back after the (1ms) backoff and succeeds.
-	h.ctrl.processNextItem(h.ctx)
+	reconcile.ProcessNext(h.ctx, h.ctrl.queue, "statefulset", h.ctrl.syncKey)
 	if n := h.ctrl.queue.NumRequeues(key); n != 0 {
 		t.Errorf("requeues after success = %d, want 0 (forgotten)", n)
 	}
@@ -191,7 +192,7 @@ func TestPatchConflictIsRetriedFromTheNewState(t *testing.T) {
 	})
 	key := ns + "/web"
 	h.ctrl.queue.Add(key)
-	h.ctrl.processNextItem(h.ctx)
+	reconcile.ProcessNext(h.ctx, h.ctrl.queue, "statefulset", h.ctrl.syncKey)
 	if len(sent) != 1 || !strings.Contains(sent[0], `"resourceVersion":"7"`) {
 		t.Errorf("patches %q, want one carrying the observed resourceVersion 7", sent)
 	}
