@@ -522,19 +522,23 @@ func (d *Driver) VolumeCalls(t testing.TB, vol string) []Call {
 }
 
 // WaitCallAcross waits until the mock's calls log holds a ControllerExpandVolume call for
-// volume vol that started before at and was answered after it: proof that something done at
-// at (a SIGKILL, an apiserver stop) hit a call in flight. The mock logs a call when it answers,
-// so the wait covers any injected delay.
-func (d *Driver) WaitCallAcross(t testing.TB, vol string, at time.Time, what string, timeout time.Duration) {
+// volume vol that was answered after at and arrived before sentBefore: proof that something done
+// at at (a SIGKILL, an apiserver stop) hit a call in flight. sentBefore is a moment until which
+// only the process that was hit can have called (its successor's start or takeover): a call
+// written to the socket just before a SIGKILL may reach the driver a few microseconds after the
+// signal was sent, so the arrival is not compared with at itself. The mock logs a call when it
+// answers, so the wait covers any injected delay.
+func (d *Driver) WaitCallAcross(t testing.TB, vol string, sentBefore, at time.Time, what string, timeout time.Duration) {
 	t.Helper()
 	Eventually(t, timeout, func() (bool, string) {
 		calls := d.VolumeCalls(t, vol)
 		for _, c := range calls {
-			if c.Time.Before(at) && c.End().After(at) {
+			if c.Time.Before(sentBefore) && c.End().After(at) {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("no call for %s spans %s at %s: %s", vol, what, at.Format(time.StampMicro), DescribeCalls(calls))
+		return false, fmt.Sprintf("no call for %s arrived before %s and was answered after %s at %s: %s",
+			vol, sentBefore.Format(time.StampMicro), what, at.Format(time.StampMicro), DescribeCalls(calls))
 	})
 }
 

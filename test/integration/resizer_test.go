@@ -199,19 +199,20 @@ func TestCrashDuringExpansionKeepsTarget(t *testing.T) {
 	}
 	e.SetRequest(t, "data", "3Gi")
 	e.Driver.ClearFaults(t)
+	restarting := time.Now()
 	e.Resizer.Restart(t)
 
 	pvc := e.WaitClaim(t, "data", resizeTimeout, scenario.Done("10Gi"))
 	if _, _, alloc := scenario.Storage(pvc); !scenario.Is(alloc, "10Gi") {
 		t.Errorf("allocatedResources = %s, want 10Gi", alloc.String())
 	}
-	// The killed resizer really was mid-call: its call started before the kill and the driver
-	// answered after it (the mock logs a call when it answers, so wait out the delay).
-	e.Driver.WaitCallAcross(t, vol, killed, "the SIGKILL", 60*time.Second)
+	// The killed resizer really was mid-call: its call reached the driver before the restart and
+	// was answered after the kill (the mock logs a call when it answers, so wait out the delay).
+	e.Driver.WaitCallAcross(t, vol, restarting, killed, "the SIGKILL", 60*time.Second)
 	calls := e.Driver.VolumeCalls(t, vol)
 	restarted := false
 	for _, c := range calls {
-		restarted = restarted || c.Time.After(killed)
+		restarted = restarted || c.Time.After(restarting)
 		// Before and after the crash, with the request lowered meanwhile: the driver is only
 		// ever asked for the target recorded before the crash.
 		if c.RequiredBytes != bytesOf("10Gi") {
