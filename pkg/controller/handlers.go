@@ -115,8 +115,8 @@ func (c *Controller) enqueue(pvc *v1.PersistentVolumeClaim) {
 // legacyFailed is the target of the last failed attempt in legacy mode, where the PVC has no
 // allocatedResources to say which request failed: a different request is the user's answer to
 // the failure and goes at once, without the retry wait (docs/design.md §2.3 rule 8). It is all
-// the controller keeps about a PVC that neither the API nor the work queue can hold; a restart that loses it makes a
-// new request wait at most one retry interval.
+// the controller keeps about a PVC that neither the API nor the work queue can hold; a restart
+// that loses it makes a new request wait at most one retry interval.
 func (c *Controller) legacyFailed(key string) *resource.Quantity {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -138,8 +138,8 @@ func (c *Controller) setLegacyFailed(key string, q *resource.Quantity) {
 }
 
 // forget drops everything kept about a deleted PVC (docs/design.md §2.3 rule 10), the
-// observer's bookkeeping included: an expansion under way ends without an outcome, since deleting the claim is the
-// user's decision, not a result of the expansion.
+// observer's bookkeeping included: an expansion under way ends without an outcome, since
+// deleting the claim is the user's decision, not a result of the expansion.
 func (c *Controller) forget(key string) {
 	c.setLegacyFailed(key, nil)
 	c.fresh.Forget(key)
