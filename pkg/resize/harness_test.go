@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
 )
 
 // This file holds the test harness shared by the story, restart and fuzz tests: a PVC and its PV
@@ -340,7 +342,7 @@ func checkStartedStatus(t testing.TB, before, after v1.PersistentVolumeClaimStat
 		}
 		checkAllocNotBelowCapacity(t, after)
 	}
-	if c := findCondition(after.Conditions, v1.PersistentVolumeClaimResizing); c == nil || c.Status != v1.ConditionTrue {
+	if c := conditions.Find(after.Conditions, v1.PersistentVolumeClaimResizing); c == nil || c.Status != v1.ConditionTrue {
 		t.Fatalf("StartedStatus without a True Resizing condition: %+v", after.Conditions)
 	}
 }

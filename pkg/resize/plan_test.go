@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
 )
 
 // The KEP-1790 user stories (kep-1790-recover-from-volume-expansion-failure.txt, "User flow
@@ -178,7 +180,7 @@ func TestNodeOnlyDriverNeverCallsTheDriver(t *testing.T) {
 	c.start(p)
 	c.nodeOnlyExpanded(p)
 	c.wantState("control plane done", v1.PersistentVolumeClaimNodeResizePending)
-	if cond := findCondition(c.pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); cond == nil {
+	if cond := conditions.Find(c.pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); cond == nil {
 		t.Error("no FileSystemResizePending condition for the node")
 	}
 	c.kubeletFinishes()
@@ -223,10 +225,10 @@ func TestNodeResizeInfeasible(t *testing.T) {
 		c.redrive(p)
 		c.wantState("re-driven", v1.PersistentVolumeClaimNodeResizePending)
 		c.wantAlloc("re-driven", "100Gi")
-		if cond := findCondition(c.pvc.Status.Conditions, v1.PersistentVolumeClaimNodeResizeError); cond != nil {
+		if cond := conditions.Find(c.pvc.Status.Conditions, v1.PersistentVolumeClaimNodeResizeError); cond != nil {
 			t.Errorf("NodeResizeError kept after re-drive: %+v", cond)
 		}
-		if cond := findCondition(c.pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); cond == nil || cond.Status != v1.ConditionTrue {
+		if cond := conditions.Find(c.pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); cond == nil || cond.Status != v1.ConditionTrue {
 			t.Errorf("no FileSystemResizePending after re-drive: %+v", c.pvc.Status.Conditions)
 		}
 		wantPlan(t, "re-driven", c.plan(), Nothing, "", false, false)
@@ -604,7 +606,7 @@ func TestLegacy(t *testing.T) {
 		if c.pvc.Status.AllocatedResources != nil || c.pvc.Status.AllocatedResourceStatuses != nil {
 			t.Errorf("legacy wrote allocated*: %v %v", c.pvc.Status.AllocatedResources, c.pvc.Status.AllocatedResourceStatuses)
 		}
-		if cond := findCondition(c.pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError); cond == nil || cond.Reason != "OutOfRange" {
+		if cond := conditions.Find(c.pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError); cond == nil || cond.Reason != "OutOfRange" {
 			t.Errorf("legacy error condition = %+v", cond)
 		}
 		c.userRequests("20Gi")
@@ -612,7 +614,7 @@ func TestLegacy(t *testing.T) {
 		wantPlan(t, "lowered", p, ExpandController, "20Gi", false, false)
 		c.start(p)
 		c.driverSucceeds(p, "20Gi", true)
-		if cond := findCondition(c.pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); cond == nil {
+		if cond := conditions.Find(c.pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); cond == nil {
 			t.Error("legacy: no FileSystemResizePending for the node")
 		}
 		// The PV has spec: the controller part is done and only the kubelet has work left.

@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
 )
 
 // Retry is the retry policy of failed expansions: --retry-interval-start and
@@ -60,12 +62,12 @@ func RetryWait(pvc *v1.PersistentVolumeClaim, o Observed, p Plan, failed *resour
 func failureCondition(pvc *v1.PersistentVolumeClaim, o Observed) (*v1.PersistentVolumeClaimCondition, bool) {
 	switch {
 	case o.State == v1.PersistentVolumeClaimNodeResizeInfeasible:
-		return findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimNodeResizeError), true
+		return conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimNodeResizeError), true
 	case o.LastError == ClassNone:
 		return nil, false
 	}
 	infeasible := o.State == v1.PersistentVolumeClaimControllerResizeInfeasible || (o.Legacy && o.LastError == ClassInfeasible)
-	return findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError), infeasible
+	return conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError), infeasible
 }
 
 // failingSince is when the run of failed attempts began: the error condition's
@@ -74,7 +76,7 @@ func failureCondition(pvc *v1.PersistentVolumeClaim, o Observed) (*v1.Persistent
 // condition is removed before each attempt (StartedStatus) and starts again at the next failure.
 func failingSince(pvc *v1.PersistentVolumeClaim, cond *v1.PersistentVolumeClaimCondition) time.Time {
 	since := cond.LastTransitionTime.Time
-	if r := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimResizing); r != nil && r.Status == v1.ConditionTrue &&
+	if r := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimResizing); r != nil && r.Status == v1.ConditionTrue &&
 		!r.LastTransitionTime.IsZero() && r.LastTransitionTime.Time.Before(since) {
 		since = r.LastTransitionTime.Time
 	}
@@ -99,7 +101,7 @@ func WaitsForPods(pvc *v1.PersistentVolumeClaim, handleInUse, offlineOnly bool) 
 	if offlineOnly {
 		return true
 	}
-	c := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError)
+	c := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError)
 	return c != nil && c.Reason == ReasonFailedPrecondition
 }
 

@@ -6,6 +6,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
 )
 
 // Condition reasons written by the resizer besides the gRPC code names of errors.
@@ -29,10 +31,10 @@ func Observe(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, nodeOnly, l
 		o.Alloc = &a
 	}
 	o.State = pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]
-	if c := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError); c != nil {
+	if c := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError); c != nil {
 		o.LastError = ClassFromReason(c.Reason)
 	}
-	if c := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); c != nil {
+	if c := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimFileSystemResizePending); c != nil {
 		o.FileSystemResizePending = c.Status == v1.ConditionTrue
 	}
 	return o
@@ -48,10 +50,10 @@ func StartedStatus(st v1.PersistentVolumeClaimStatus, p Plan, legacy bool, now m
 	if !legacy {
 		setAllocated(&st, p.Target, v1.PersistentVolumeClaimControllerResizeInProgress)
 	}
-	if c := findCondition(st.Conditions, v1.PersistentVolumeClaimControllerResizeError); c != nil && (legacy || ClassFromReason(c.Reason).IsFinal()) {
-		st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimControllerResizeError)
+	if c := conditions.Find(st.Conditions, v1.PersistentVolumeClaimControllerResizeError); c != nil && (legacy || ClassFromReason(c.Reason).IsFinal()) {
+		st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimControllerResizeError)
 	}
-	st.Conditions = setCondition(st.Conditions, v1.PersistentVolumeClaimResizing, ReasonExpansionInProgress,
+	st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimResizing, ReasonExpansionInProgress,
 		fmt.Sprintf("expanding the volume to %s", p.Target.String()), now, false)
 	return st
 }
@@ -61,8 +63,8 @@ func StartedStatus(st v1.PersistentVolumeClaimStatus, p Plan, legacy bool, now m
 // otherwise the resize is finished: capacity is the new size and the state is cleared.
 func ExpandedStatus(st v1.PersistentVolumeClaimStatus, p Plan, newSize resource.Quantity, nodeExpansionRequired, legacy bool, now metav1.Time) v1.PersistentVolumeClaimStatus {
 	st = *st.DeepCopy()
-	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimResizing)
-	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimControllerResizeError)
+	st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimResizing)
+	st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimControllerResizeError)
 	// allocatedResources never below the size the volume now has (docs/design.md §2.3 rule 4):
 	// quota counts max(request, allocated), and a driver that returns more than asked (a
 	// recovery to 3Gi on a backend that already holds 10Gi) would otherwise leave it counting
@@ -74,12 +76,12 @@ func ExpandedStatus(st v1.PersistentVolumeClaimStatus, p Plan, newSize resource.
 		}
 		// A node error from an earlier attempt (Case 2) is history once the node gets a new
 		// target.
-		st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimNodeResizeError)
-		st.Conditions = setCondition(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending, ReasonNodeExpansionNeeded,
+		st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimNodeResizeError)
+		st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending, ReasonNodeExpansionNeeded,
 			fmt.Sprintf("waiting for the node to expand the file system to %s", newSize.String()), now, false)
 		return st
 	}
-	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending)
+	st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending)
 	if st.Capacity == nil {
 		st.Capacity = v1.ResourceList{}
 	}
@@ -112,9 +114,9 @@ func FailedStatus(st v1.PersistentVolumeClaimStatus, ce ClassifiedError, legacy 
 			st.AllocatedResourceStatuses[v1.ResourceStorage] = v1.PersistentVolumeClaimControllerResizeInfeasible
 		}
 		// Nothing is in progress any more: the resize waits for the user or the slow retry.
-		st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimResizing)
+		st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimResizing)
 	}
-	st.Conditions = setCondition(st.Conditions, v1.PersistentVolumeClaimControllerResizeError, ce.Reason, ce.Message, now, true)
+	st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimControllerResizeError, ce.Reason, ce.Message, now, true)
 	return st
 }
 
@@ -123,8 +125,8 @@ func FailedStatus(st v1.PersistentVolumeClaimStatus, ce ClassifiedError, legacy 
 func RedrivenStatus(st v1.PersistentVolumeClaimStatus, p Plan, now metav1.Time) v1.PersistentVolumeClaimStatus {
 	st = *st.DeepCopy()
 	setAllocated(&st, p.Target, v1.PersistentVolumeClaimNodeResizePending)
-	st.Conditions = removeCondition(st.Conditions, v1.PersistentVolumeClaimNodeResizeError)
-	st.Conditions = setCondition(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending, ReasonNodeExpansionNeeded,
+	st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimNodeResizeError)
+	st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimFileSystemResizePending, ReasonNodeExpansionNeeded,
 		fmt.Sprintf("retrying the node expansion to %s after a node failure", p.Target.String()), now, false)
 	return st
 }
@@ -140,56 +142,10 @@ func setAllocated(st *v1.PersistentVolumeClaimStatus, size resource.Quantity, st
 	st.AllocatedResourceStatuses[v1.ResourceStorage] = state
 }
 
-func findCondition(conds []v1.PersistentVolumeClaimCondition, t v1.PersistentVolumeClaimConditionType) *v1.PersistentVolumeClaimCondition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
-}
-
-// setCondition sets a True condition. lastTransitionTime changes only when the condition was not
-// already True, so it keeps saying when the situation began. lastProbeTime changes when the
-// content changes, or on every call with probe (the error condition records each attempt); an
-// unchanged condition is left alone so that repeating a step costs no write.
-func setCondition(conds []v1.PersistentVolumeClaimCondition, t v1.PersistentVolumeClaimConditionType, reason, message string, now metav1.Time, probe bool) []v1.PersistentVolumeClaimCondition {
-	out := make([]v1.PersistentVolumeClaimCondition, 0, len(conds)+1)
-	found := false
-	for _, c := range conds {
-		if c.Type == t {
-			found = true
-			changed := c.Status != v1.ConditionTrue || c.Reason != reason || c.Message != message
-			if c.Status != v1.ConditionTrue {
-				c.LastTransitionTime = now
-			}
-			if changed || probe {
-				c.LastProbeTime = now
-			}
-			c.Status, c.Reason, c.Message = v1.ConditionTrue, reason, message
-		}
-		out = append(out, c)
-	}
-	if !found {
-		out = append(out, v1.PersistentVolumeClaimCondition{Type: t, Status: v1.ConditionTrue, Reason: reason, Message: message, LastProbeTime: now, LastTransitionTime: now})
-	}
-	return out
-}
-
-func removeCondition(conds []v1.PersistentVolumeClaimCondition, t v1.PersistentVolumeClaimConditionType) []v1.PersistentVolumeClaimCondition {
-	var out []v1.PersistentVolumeClaimCondition
-	for _, c := range conds {
-		if c.Type != t {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // LastAttempt is when the last failed ControllerExpandVolume happened, as recorded in the PVC,
 // and false when the PVC records none.
 func LastAttempt(pvc *v1.PersistentVolumeClaim) (metav1.Time, bool) {
-	c := findCondition(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError)
+	c := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimControllerResizeError)
 	if c == nil {
 		return metav1.Time{}, false
 	}

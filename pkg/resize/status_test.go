@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
 )
 
 func cond(t v1.PersistentVolumeClaimConditionType, reason string, at metav1.Time) v1.PersistentVolumeClaimCondition {
@@ -34,7 +36,7 @@ func stateOf(st v1.PersistentVolumeClaimStatus) v1.ClaimResourceStatus {
 
 func wantCond(t *testing.T, st v1.PersistentVolumeClaimStatus, typ v1.PersistentVolumeClaimConditionType) *v1.PersistentVolumeClaimCondition {
 	t.Helper()
-	c := findCondition(st.Conditions, typ)
+	c := conditions.Find(st.Conditions, typ)
 	if c == nil {
 		t.Fatalf("no %s condition in %+v", typ, st.Conditions)
 	}
@@ -46,7 +48,7 @@ func wantCond(t *testing.T, st v1.PersistentVolumeClaimStatus, typ v1.Persistent
 
 func wantNoCond(t *testing.T, st v1.PersistentVolumeClaimStatus, typ v1.PersistentVolumeClaimConditionType) {
 	t.Helper()
-	if c := findCondition(st.Conditions, typ); c != nil {
+	if c := conditions.Find(st.Conditions, typ); c != nil {
 		t.Errorf("%s condition present: %+v", typ, *c)
 	}
 }
