@@ -1,0 +1,44 @@
+package modify
+
+import (
+	"google.golang.org/grpc/codes"
+
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
+)
+
+// ClassifyCode maps a ControllerModifyVolume error code to its class (docs/design.md §2.11
+// rule 6). It differs from expansion's in one way: only INVALID_ARGUMENT is infeasible, the
+// code CSI gives for mutable parameters the volume cannot take, as upstream treats it. NOT_FOUND
+// and OUT_OF_RANGE are final: the driver stopped, and the next attempt follows the spec.
+func ClassifyCode(c codes.Code) resize.ErrorClass {
+	if c == codes.InvalidArgument {
+		return resize.ClassInfeasible
+	}
+	if cl := resize.ClassifyCode(c); cl == resize.ClassTransient {
+		return cl
+	}
+	return resize.ClassFinal
+}
+
+// ClassifyError classifies an error of a ControllerModifyVolume call. An error without a gRPC
+// status (a broken connection) is transient: the call may have reached the driver.
+func ClassifyError(err error) resize.ClassifiedError {
+	ce := resize.ClassifyError(err)
+	if ce.Class != resize.ClassNone && ce.Reason != resize.ReasonUncertain {
+		ce.Class = ClassifyReason(ce.Reason)
+	}
+	return ce
+}
+
+// ClassifyReason recovers the class of the last error from the ModifyVolumeError condition's
+// reason, the gRPC code name this resizer writes there. A reason it did not write (upstream's
+// resizer leaves it empty) counts as transient: keeping the recorded target is always safe,
+// following the spec is not.
+func ClassifyReason(reason string) resize.ErrorClass {
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		if c.String() == reason {
+			return ClassifyCode(c)
+		}
+	}
+	return resize.ClassTransient
+}

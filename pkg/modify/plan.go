@@ -1,0 +1,134 @@
+// Package modify decides what the resizer does about a PVC's VolumeAttributesClass (KEP-3751):
+// whether to call ControllerModifyVolume, for which class, whether to wait, and what the PVC's
+// status says before and after the call. Like pkg/resize it is a set of pure functions over the
+// observed API objects: everything it needs to know about earlier attempts is read back from
+// the PVC (status.modifyVolumeStatus and the ModifyVolumeError condition), so a restarted
+// resizer decides what the one before it would have. The rules are docs/design.md §2.11.
+package modify
+
+import (
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
+)
+
+// Observed is what the decision reads of a PVC.
+type Observed struct {
+	// Spec is spec.volumeAttributesClassName, "" when unset.
+	Spec string
+	// Current is status.currentVolumeAttributesClassName: the class the driver confirmed
+	// (or the PV was bound with), "" when none.
+	Current string
+	// Status and Target are status.modifyVolumeStatus; Status is "" when it is absent.
+	Status v1.PersistentVolumeClaimModifyVolumeStatus
+	Target string
+	// LastError is the class of the last failed call, read from the ModifyVolumeError
+	// condition's reason (ClassifyReason); ClassNone when there is no such condition.
+	LastError resize.ErrorClass
+}
+
+// Observe reads a PVC.
+func Observe(pvc *v1.PersistentVolumeClaim) Observed {
+	var o Observed
+	if n := pvc.Spec.VolumeAttributesClassName; n != nil {
+		o.Spec = *n
+	}
+	if n := pvc.Status.CurrentVolumeAttributesClassName; n != nil {
+		o.Current = *n
+	}
+	if s := pvc.Status.ModifyVolumeStatus; s != nil {
+		o.Status, o.Target = s.Status, s.TargetVolumeAttributesClassName
+	}
+	if c := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError); c != nil {
+		o.LastError = ClassifyReason(c.Reason)
+	}
+	return o
+}
+
+// InFlight reports whether a call for the recorded target may still be in effect: the status
+// says InProgress and no final answer to it is recorded (the resizer stopped during the call,
+// or the driver's answer was not final). Such a target is not abandoned for another class
+// (docs/design.md §2.11 rule 4).
+func (o Observed) InFlight() bool {
+	return o.Status == v1.PersistentVolumeClaimModifyVolumeInProgress && o.Target != "" && !o.LastError.IsFinal()
+}
+
+// Wants reports whether the PVC asks for work: a class other than the current one, or a
+// modification that is not over.
+func (o Observed) Wants() bool {
+	return o.Status != "" || (o.Spec != "" && o.Spec != o.Current)
+}
+
+// Action is what the controller does.
+type Action int
+
+const (
+	// Nothing: the PVC has the class it asks for, or must wait for something outside.
+	Nothing Action = iota
+	// MarkPending: the class asked for does not exist (yet) or belongs to another driver;
+	// record Pending with the target and tell the user, no call.
+	MarkPending
+	// Modify: record InProgress, call ControllerModifyVolume for Target, record the answer.
+	Modify
+	// Cancel: the user rolled back to the current class while the modification was Pending or
+	// Infeasible; clear modifyVolumeStatus and the conditions, no call.
+	Cancel
+)
+
+func (a Action) String() string {
+	return [...]string{"Nothing", "MarkPending", "Modify", "Cancel"}[a]
+}
+
+// Plan is the decision.
+type Plan struct {
+	Action Action
+	// Target is the class to modify to (Modify) or that is missing (MarkPending).
+	Target string
+	// Class is Target's VolumeAttributesClass (Modify only): its parameters are the call's.
+	Class *storagev1.VolumeAttributesClass
+	// Why says why, for logs and the Pending event.
+	Why string
+}
+
+// ClassLookup returns a VolumeAttributesClass by name, nil when it does not exist (a lister).
+type ClassLookup func(name string) *storagev1.VolumeAttributesClass
+
+// Decide is the decision of docs/design.md §2.11 for the PVC of a volume of driver.
+func Decide(o Observed, classes ClassLookup, driver string) Plan {
+	if o.InFlight() {
+		// Rule 4: keep working towards the recorded target whatever the spec says now.
+		if c := classes(o.Target); c != nil {
+			return Plan{Action: Modify, Target: o.Target, Class: c, Why: "the last call for this class has no final answer"}
+		}
+		return Plan{Action: Nothing, Target: o.Target, Why: "the class of the modification under way is gone; waiting for it to be created again"}
+	}
+	rollback := o.Spec == "" || o.Spec == o.Current
+	switch {
+	case rollback && (o.Status == v1.PersistentVolumeClaimModifyVolumePending || o.Status == v1.PersistentVolumeClaimModifyVolumeInfeasible):
+		return Plan{Action: Cancel, Target: o.Current, Why: "the spec was set back to the current class"}
+	case o.Spec == "" && o.Status == v1.PersistentVolumeClaimModifyVolumeInProgress && o.Target != "":
+		// Rule 7: unsetting the class does not undo a modification that failed with a final
+		// error: the volume may be partly modified, and without a class there are no
+		// parameters to go back to. Keep going towards the target.
+		return toClass(o.Target, classes, driver, "the class was unset while a modification is unfinished")
+	case o.Spec == "" || (o.Spec == o.Current && o.Status == ""):
+		return Plan{Action: Nothing, Why: "the PVC has the class it asks for"}
+	}
+	// Rule 5: a new class, a retry, or (spec == current after a final error) going back to
+	// the current class with a call, since the failed one may have changed the volume.
+	return toClass(o.Spec, classes, driver, "the spec asks for this class")
+}
+
+// toClass plans a modification to name, or Pending when the class cannot be used (rule 3).
+func toClass(name string, classes ClassLookup, driver, why string) Plan {
+	c := classes(name)
+	switch {
+	case c == nil:
+		return Plan{Action: MarkPending, Target: name, Why: "VolumeAttributesClass " + name + " does not exist"}
+	case c.DriverName != driver:
+		return Plan{Action: MarkPending, Target: name, Why: "VolumeAttributesClass " + name + " is for driver " + c.DriverName + ", not " + driver}
+	}
+	return Plan{Action: Modify, Target: name, Class: c, Why: why}
+}

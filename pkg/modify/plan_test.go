@@ -1,0 +1,179 @@
+package modify
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
+)
+
+const driver = "hostpath.csi.k8s.io"
+
+func lookup(names ...string) ClassLookup {
+	m := map[string]*storagev1.VolumeAttributesClass{}
+	for _, n := range names {
+		m[n] = &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: n}, DriverName: driver, Parameters: map[string]string{"iops": n}}
+	}
+	m["other"] = &storagev1.VolumeAttributesClass{ObjectMeta: metav1.ObjectMeta{Name: "other"}, DriverName: "ebs.csi.aws.com"}
+	return func(name string) *storagev1.VolumeAttributesClass { return m[name] }
+}
+
+const (
+	inProgress = v1.PersistentVolumeClaimModifyVolumeInProgress
+	pending    = v1.PersistentVolumeClaimModifyVolumePending
+	infeasible = v1.PersistentVolumeClaimModifyVolumeInfeasible
+)
+
+// TestDecide has one case per rule of docs/design.md §2.11.
+func TestDecide(t *testing.T) {
+	classes := lookup("gold", "silver", "bronze")
+	cases := []struct {
+		name   string
+		o      Observed
+		action Action
+		target string
+	}{
+		{"no class asked", Observed{}, Nothing, ""},
+		{"class already current", Observed{Spec: "gold", Current: "gold"}, Nothing, ""},
+		{"first class", Observed{Spec: "gold"}, Modify, "gold"},
+		{"new class", Observed{Spec: "gold", Current: "silver"}, Modify, "gold"},
+		{"rule 3: missing class is pending", Observed{Spec: "platinum", Current: "silver"}, MarkPending, "platinum"},
+		{"rule 3: another driver's class is pending", Observed{Spec: "other", Current: "silver"}, MarkPending, "other"},
+		{"rule 3: pending class created", Observed{Spec: "gold", Current: "silver", Status: pending, Target: "gold"}, Modify, "gold"},
+		{"rule 3: pending, another class asked", Observed{Spec: "bronze", Current: "silver", Status: pending, Target: "platinum"}, Modify, "bronze"},
+		{"rule 4: restart during the call keeps the target", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold"}, Modify, "gold"},
+		{"rule 4: transient error keeps the target", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassTransient}, Modify, "gold"},
+		{"rule 4: transient error keeps the target over a rollback", Observed{Spec: "silver", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassTransient}, Modify, "gold"},
+		{"rule 4: in-flight class deleted waits", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "platinum"}, Nothing, "platinum"},
+		{"rule 5: final error follows the spec", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassFinal}, Modify, "bronze"},
+		{"rule 5: final error retries the same class", Observed{Spec: "gold", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassFinal}, Modify, "gold"},
+		{"rule 5: final error, spec back to current calls for it", Observed{Spec: "silver", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassFinal}, Modify, "silver"},
+		{"rule 6: infeasible retried on the same class", Observed{Spec: "gold", Current: "silver", Status: infeasible, Target: "gold", LastError: resize.ClassInfeasible}, Modify, "gold"},
+		{"rule 6: infeasible, new class", Observed{Spec: "bronze", Current: "silver", Status: infeasible, Target: "gold", LastError: resize.ClassInfeasible}, Modify, "bronze"},
+		{"rule 7: infeasible rolled back", Observed{Spec: "silver", Current: "silver", Status: infeasible, Target: "gold", LastError: resize.ClassInfeasible}, Cancel, "silver"},
+		{"rule 7: infeasible first class unset", Observed{Status: infeasible, Target: "gold", LastError: resize.ClassInfeasible}, Cancel, ""},
+		{"rule 7: pending rolled back", Observed{Spec: "silver", Current: "silver", Status: pending, Target: "platinum"}, Cancel, "silver"},
+		{"rule 7: unset after a final error keeps going", Observed{Status: inProgress, Target: "gold", LastError: resize.ClassFinal}, Modify, "gold"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Decide(tc.o, classes, driver)
+			if p.Action != tc.action || p.Target != tc.target {
+				t.Fatalf("Decide(%+v) = %s %q (%s), want %s %q", tc.o, p.Action, p.Target, p.Why, tc.action, tc.target)
+			}
+			if p.Action == Modify && (p.Class == nil || p.Class.Name != p.Target) {
+				t.Fatalf("Modify plan without its class: %+v", p)
+			}
+		})
+	}
+}
+
+func TestClassifyError(t *testing.T) {
+	cases := []struct {
+		err    error
+		class  resize.ErrorClass
+		reason string
+	}{
+		{status.Error(codes.InvalidArgument, "bad iops"), resize.ClassInfeasible, "InvalidArgument"},
+		{status.Error(codes.OutOfRange, "no"), resize.ClassFinal, "OutOfRange"},
+		{status.Error(codes.NotFound, "no volume"), resize.ClassFinal, "NotFound"},
+		{status.Error(codes.Internal, "boom"), resize.ClassFinal, "Internal"},
+		{status.Error(codes.DeadlineExceeded, "slow"), resize.ClassTransient, "DeadlineExceeded"},
+		{status.Error(codes.Unavailable, "down"), resize.ClassTransient, "Unavailable"},
+		{errors.New("connection reset"), resize.ClassTransient, resize.ReasonUncertain},
+	}
+	for _, tc := range cases {
+		ce := ClassifyError(tc.err)
+		if ce.Class != tc.class || ce.Reason != tc.reason {
+			t.Errorf("ClassifyError(%v) = %s/%s, want %s/%s", tc.err, ce.Class, ce.Reason, tc.class, tc.reason)
+		}
+		if got := ClassifyReason(ce.Reason); got != tc.class {
+			t.Errorf("ClassifyReason(%q) = %s, want %s: a restart would decide differently", ce.Reason, got, tc.class)
+		}
+	}
+	if got := ClassifyReason(""); got != resize.ClassTransient {
+		t.Errorf("an unknown reason must keep the target (transient), got %s", got)
+	}
+}
+
+// TestStatusSteps walks a modification through its writes and checks what each leaves behind,
+// the conditions of expansion included.
+func TestStatusSteps(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
+	silver := "silver"
+	st := v1.PersistentVolumeClaimStatus{
+		CurrentVolumeAttributesClassName: &silver,
+		Conditions:                       []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimResizing, Status: v1.ConditionTrue}},
+	}
+	started := StartedStatus(st, "gold", now)
+	if o := observeStatus(started); o.Status != inProgress || o.Target != "gold" || o.Current != "silver" || !o.InFlight() {
+		t.Fatalf("after StartedStatus: %+v", o)
+	}
+	failed := FailedStatus(started, "gold", ClassifyError(status.Error(codes.InvalidArgument, "iops too high")), now)
+	if o := observeStatus(failed); o.Status != infeasible || o.LastError != resize.ClassInfeasible || o.Current != "silver" {
+		t.Fatalf("after an infeasible error: %+v", o)
+	}
+	if len(failed.Conditions) != 3 {
+		t.Fatalf("want Resizing, ModifyingVolume and ModifyVolumeError, got %+v", failed.Conditions)
+	}
+	transient := FailedStatus(StartedStatus(failed, "gold", now), "gold", ClassifyError(status.Error(codes.Unavailable, "x")), now)
+	if o := observeStatus(transient); o.Status != inProgress || !o.InFlight() {
+		t.Fatalf("a transient error must leave the target in flight: %+v", o)
+	}
+	done := SucceededStatus(transient, "gold")
+	if o := observeStatus(done); o.Current != "gold" || o.Status != "" || o.Wants() {
+		t.Fatalf("after success: %+v", o)
+	}
+	if len(done.Conditions) != 1 || done.Conditions[0].Type != v1.PersistentVolumeClaimResizing {
+		t.Fatalf("success must keep only expansion's condition, got %+v", done.Conditions)
+	}
+	if c := CancelledStatus(failed); c.ModifyVolumeStatus != nil || len(c.Conditions) != 1 || *c.CurrentVolumeAttributesClassName != "silver" {
+		t.Fatalf("after cancel: %+v", c)
+	}
+	if st.ModifyVolumeStatus != nil || len(st.Conditions) != 1 {
+		t.Fatalf("the observed status was changed in place: %+v", st)
+	}
+}
+
+func observeStatus(st v1.PersistentVolumeClaimStatus) Observed {
+	return Observe(&v1.PersistentVolumeClaim{Status: st})
+}
+
+func TestRetryWait(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	r := resize.Retry{Start: time.Second, Max: 5 * time.Minute}
+	pvcWith := func(st v1.PersistentVolumeClaimStatus) *v1.PersistentVolumeClaim {
+		return &v1.PersistentVolumeClaim{Status: st}
+	}
+	started := StartedStatus(v1.PersistentVolumeClaimStatus{}, "gold", metav1.NewTime(t0))
+	infeasibleAt := FailedStatus(started, "gold", ClassifyError(status.Error(codes.InvalidArgument, "x")), metav1.NewTime(t0.Add(10*time.Second)))
+	transientAt := FailedStatus(started, "gold", ClassifyError(status.Error(codes.Unavailable, "x")), metav1.NewTime(t0.Add(10*time.Second)))
+	cases := []struct {
+		name string
+		st   v1.PersistentVolumeClaimStatus
+		plan Plan
+		now  time.Time
+		want time.Duration
+	}{
+		{"infeasible waits retry-interval-max", infeasibleAt, Plan{Action: Modify, Target: "gold"}, t0.Add(10 * time.Second), 5*time.Minute + time.Second},
+		{"infeasible, another class goes at once", infeasibleAt, Plan{Action: Modify, Target: "bronze"}, t0.Add(10 * time.Second), 0},
+		{"infeasible, wait over", infeasibleAt, Plan{Action: Modify, Target: "gold"}, t0.Add(10*time.Second + 5*time.Minute + time.Second), 0},
+		{"transient backs off with the failing time", transientAt, Plan{Action: Modify, Target: "gold"}, t0.Add(10 * time.Second), 12 * time.Second},
+		{"no failure recorded", started, Plan{Action: Modify, Target: "gold"}, t0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pvc := pvcWith(tc.st)
+			if got := RetryWait(pvc, Observe(pvc), tc.plan, r, tc.now); got != tc.want {
+				t.Fatalf("RetryWait = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,115 @@
+package modify
+
+import (
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
+)
+
+// Condition reasons of ModifyingVolume (ModifyVolumeError's reason is the gRPC code name).
+const (
+	ReasonModifyInProgress = "ModifyInProgress"
+	ReasonModifyInfeasible = "ModifyInfeasible"
+)
+
+// Each function below returns the PVC status the controller writes at one step, computed from
+// the observed one. They touch only status.modifyVolumeStatus, currentVolumeAttributesClassName
+// and the ModifyingVolume and ModifyVolumeError conditions: the expansion controller writes the
+// same status with its own fields and conditions, and each keeps the other's (rule 9).
+// Only SucceededStatus changes currentVolumeAttributesClassName (rule 8).
+
+// PendingStatus records that the target class cannot be used yet (rule 3). The conditions of an
+// earlier attempt for another class are removed: they no longer describe the PVC.
+func PendingStatus(st v1.PersistentVolumeClaimStatus, target string) v1.PersistentVolumeClaimStatus {
+	st = withModifyStatus(st, v1.PersistentVolumeClaimModifyVolumePending, target)
+	return clearConditions(st)
+}
+
+// StartedStatus is written before the call (rule 2): InProgress for target, ModifyingVolume set
+// and the previous attempt's error removed, so that a resizer stopped during the call leaves
+// InProgress without a final answer, which keeps the target (rule 4).
+func StartedStatus(st v1.PersistentVolumeClaimStatus, target string, now metav1.Time) v1.PersistentVolumeClaimStatus {
+	st = withModifyStatus(st, v1.PersistentVolumeClaimModifyVolumeInProgress, target)
+	st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+	st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimVolumeModifyingVolume, ReasonModifyInProgress,
+		fmt.Sprintf("modifying the volume to VolumeAttributesClass %s", target), now, false)
+	return st
+}
+
+// SucceededStatus records the driver's success for target: the class is now current, the
+// modification and its conditions are gone.
+func SucceededStatus(st v1.PersistentVolumeClaimStatus, target string) v1.PersistentVolumeClaimStatus {
+	st = *st.DeepCopy()
+	st.CurrentVolumeAttributesClassName = &target
+	st.ModifyVolumeStatus = nil
+	return clearConditions(st)
+}
+
+// FailedStatus records a failed call for target (rule 6): Infeasible for an infeasible error,
+// InProgress otherwise, and the error in ModifyVolumeError with the gRPC code as reason.
+func FailedStatus(st v1.PersistentVolumeClaimStatus, target string, ce resize.ClassifiedError, now metav1.Time) v1.PersistentVolumeClaimStatus {
+	state := v1.PersistentVolumeClaimModifyVolumeInProgress
+	if ce.Class == resize.ClassInfeasible {
+		state = v1.PersistentVolumeClaimModifyVolumeInfeasible
+		st = withModifyStatus(st, state, target)
+		st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimVolumeModifyingVolume, ReasonModifyInfeasible,
+			fmt.Sprintf("the driver refused VolumeAttributesClass %s; set another class, or set the previous one back to roll back", target), now, false)
+	} else {
+		st = withModifyStatus(st, state, target)
+	}
+	st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError, ce.Reason, ce.Message, now, true)
+	return st
+}
+
+// CancelledStatus ends a Pending or Infeasible modification the user rolled back (rule 7).
+func CancelledStatus(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+	st = *st.DeepCopy()
+	st.ModifyVolumeStatus = nil
+	return clearConditions(st)
+}
+
+func withModifyStatus(st v1.PersistentVolumeClaimStatus, s v1.PersistentVolumeClaimModifyVolumeStatus, target string) v1.PersistentVolumeClaimStatus {
+	st = *st.DeepCopy()
+	st.ModifyVolumeStatus = &v1.ModifyVolumeStatus{Status: s, TargetVolumeAttributesClassName: target}
+	return st
+}
+
+func clearConditions(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+	st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimVolumeModifyingVolume)
+	st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+	return st
+}
+
+// RetryWait says how long a Modify plan must still wait after the failure the PVC records
+// (rule 6), the same for whoever looks: an infeasible target is retried retryMax after the
+// failure; any other error backs off from retryStart, doubling with the time the PVC has been
+// failing (since ModifyingVolume turned True), at most retryMax. A plan for another class than
+// the failed one goes at once: the user answered the failure.
+func RetryWait(pvc *v1.PersistentVolumeClaim, o Observed, p Plan, r resize.Retry, now time.Time) time.Duration {
+	if p.Action != Modify || o.LastError == resize.ClassNone || p.Target != o.Target {
+		return 0
+	}
+	cond := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+	if cond == nil {
+		return 0
+	}
+	at := cond.LastProbeTime.Time
+	if cond.LastTransitionTime.After(at) {
+		at = cond.LastTransitionTime.Time
+	}
+	interval := r.Max
+	if o.Status != v1.PersistentVolumeClaimModifyVolumeInfeasible {
+		since := cond.LastTransitionTime.Time
+		if m := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimVolumeModifyingVolume); m != nil && !m.LastTransitionTime.IsZero() && m.LastTransitionTime.Before(&cond.LastTransitionTime) {
+			since = m.LastTransitionTime.Time
+		}
+		interval = min(r.Max, r.Start+at.Sub(since))
+	}
+	// Condition times are truncated to the second: count from the end of that second.
+	return max(0, at.Add(time.Second+interval).Sub(now))
+}
