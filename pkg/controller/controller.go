@@ -33,11 +33,11 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/binding"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	"github.com/csi-resizer/csi-resizer/pkg/inuse"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
-	"github.com/csi-resizer/csi-resizer/pkg/migration"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
@@ -237,25 +237,9 @@ func (c *Controller) retryWait(key string, pvc *v1.PersistentVolumeClaim, obs re
 	return resize.RetryWait(pvc, obs, plan, c.legacyFailed(key), retry, c.cfg.Clock.Now())
 }
 
-// volumeOf returns the PV of a bound PVC when the PV belongs to this driver (a CSI PV of the
-// driver, or a migrated in-tree PV the PVC's storage-resizer annotation hands to it:
-// migration.Owns, docs/design.md §2.8) and its claimRef points back at this very PVC
-// (docs/design.md §2.3 rule 1). The UID must match too, as upstream requires: a claimRef
-// without one (pre-bound by name, not yet confirmed by the PV controller) or with another's (a
-// deleted claim of the same name) does not prove the volume is this claim's.
+// volumeOf is binding.VolumeOf for this controller's driver.
 func (c *Controller) volumeOf(pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolume, bool) {
-	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != v1.ClaimBound {
-		return nil, false
-	}
-	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
-	if err != nil || !migration.Owns(c.cfg.Driver.Name, pvc, pv) {
-		return nil, false
-	}
-	ref := pv.Spec.ClaimRef
-	if ref == nil || ref.Namespace != pvc.Namespace || ref.Name != pvc.Name || ref.UID != pvc.UID {
-		return nil, false
-	}
-	return pv, true
+	return binding.VolumeOf(c.pvLister, c.cfg.Driver.Name, pvc)
 }
 
 // preResizeAnnotation is the pre-resize-capacity change written with the PV's new capacity

@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/csi-resizer/csi-resizer/pkg/internal/binding"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
@@ -96,8 +97,7 @@ func (c *Controller) volumeUpdated(oldObj, newObj any) {
 // want says the PVC has work.
 func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume, want func(*v1.PersistentVolumeClaim) bool) {
 	ref := pv.Spec.ClaimRef
-	if ref == nil || (pv.Spec.CSI != nil && pv.Spec.CSI.Driver != c.cfg.Driver.Name) ||
-		(pv.Spec.CSI == nil && !migration.IsMigratedDriver(c.cfg.Driver.Name)) {
+	if ref == nil || !binding.MayBeDrivers(pv, c.cfg.Driver.Name) {
 		return
 	}
 	pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
