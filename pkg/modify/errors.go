@@ -7,7 +7,7 @@ import (
 )
 
 // ClassifyCode maps a ControllerModifyVolume error code to its class (docs/design.md §2.11
-// rule 6). It differs from expansion's in one way: only INVALID_ARGUMENT is infeasible, the
+// rule 16). It differs from expansion's in one way: only INVALID_ARGUMENT is infeasible, the
 // code CSI gives for mutable parameters the volume cannot take, as upstream treats it. NOT_FOUND
 // and OUT_OF_RANGE are final: the driver stopped, and the next attempt follows the spec.
 func ClassifyCode(c codes.Code) resize.ErrorClass {

@@ -50,7 +50,7 @@ func Observe(pvc *v1.PersistentVolumeClaim) Observed {
 // InFlight reports whether a call for the recorded target may still be in effect: the status
 // says InProgress and no final answer to it is recorded (the resizer stopped during the call,
 // or the driver's answer was not final). Such a target is not abandoned for another class
-// (docs/design.md §2.11 rule 4).
+// (docs/design.md §2.11 rule 14).
 func (o Observed) InFlight() bool {
 	return o.Status == v1.PersistentVolumeClaimModifyVolumeInProgress && o.Target != "" && !o.LastError.IsFinal()
 }
@@ -98,7 +98,7 @@ type ClassLookup func(name string) *storagev1.VolumeAttributesClass
 // Decide is the decision of docs/design.md §2.11 for the PVC of a volume of driver.
 func Decide(o Observed, classes ClassLookup, driver string) Plan {
 	if o.InFlight() {
-		// Rule 4: keep working towards the recorded target whatever the spec says now.
+		// Rule 14: keep working towards the recorded target whatever the spec says now.
 		if c := classes(o.Target); c != nil {
 			return Plan{Action: Modify, Target: o.Target, Class: c, Why: "the last call for this class has no final answer"}
 		}
@@ -109,19 +109,19 @@ func Decide(o Observed, classes ClassLookup, driver string) Plan {
 	case rollback && (o.Status == v1.PersistentVolumeClaimModifyVolumePending || o.Status == v1.PersistentVolumeClaimModifyVolumeInfeasible):
 		return Plan{Action: Cancel, Target: o.Current, Why: "the spec was set back to the current class"}
 	case o.Spec == "" && o.Status == v1.PersistentVolumeClaimModifyVolumeInProgress && o.Target != "":
-		// Rule 7: unsetting the class does not undo a modification that failed with a final
+		// Rule 17: unsetting the class does not undo a modification that failed with a final
 		// error: the volume may be partly modified, and without a class there are no
 		// parameters to go back to. Keep going towards the target.
 		return toClass(o.Target, classes, driver, "the class was unset while a modification is unfinished")
 	case o.Spec == "" || (o.Spec == o.Current && o.Status == ""):
 		return Plan{Action: Nothing, Why: "the PVC has the class it asks for"}
 	}
-	// Rule 5: a new class, a retry, or (spec == current after a final error) going back to
+	// Rule 15: a new class, a retry, or (spec == current after a final error) going back to
 	// the current class with a call, since the failed one may have changed the volume.
 	return toClass(o.Spec, classes, driver, "the spec asks for this class")
 }
 
-// toClass plans a modification to name, or Pending when the class cannot be used (rule 3).
+// toClass plans a modification to name, or Pending when the class cannot be used (rule 13).
 func toClass(name string, classes ClassLookup, driver, why string) Plan {
 	c := classes(name)
 	switch {

@@ -20,19 +20,19 @@ const (
 // Each function below returns the PVC status the controller writes at one step, computed from
 // the observed one. They touch only status.modifyVolumeStatus, currentVolumeAttributesClassName
 // and the ModifyingVolume and ModifyVolumeError conditions: the expansion controller writes the
-// same status with its own fields and conditions, and each keeps the other's (rule 9).
-// Only SucceededStatus changes currentVolumeAttributesClassName (rule 8).
+// same status with its own fields and conditions, and each keeps the other's (rule 19).
+// Only SucceededStatus changes currentVolumeAttributesClassName (rule 18).
 
-// PendingStatus records that the target class cannot be used yet (rule 3). The conditions of an
+// PendingStatus records that the target class cannot be used yet (rule 13). The conditions of an
 // earlier attempt for another class are removed: they no longer describe the PVC.
 func PendingStatus(st v1.PersistentVolumeClaimStatus, target string) v1.PersistentVolumeClaimStatus {
 	st = withModifyStatus(st, v1.PersistentVolumeClaimModifyVolumePending, target)
 	return clearConditions(st)
 }
 
-// StartedStatus is written before the call (rule 2): InProgress for target, ModifyingVolume set
+// StartedStatus is written before the call (rule 12): InProgress for target, ModifyingVolume set
 // and the previous attempt's error removed, so that a resizer stopped during the call leaves
-// InProgress without a final answer, which keeps the target (rule 4).
+// InProgress without a final answer, which keeps the target (rule 14).
 func StartedStatus(st v1.PersistentVolumeClaimStatus, target string, now metav1.Time) v1.PersistentVolumeClaimStatus {
 	st = withModifyStatus(st, v1.PersistentVolumeClaimModifyVolumeInProgress, target)
 	st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError)
@@ -50,7 +50,7 @@ func SucceededStatus(st v1.PersistentVolumeClaimStatus, target string) v1.Persis
 	return clearConditions(st)
 }
 
-// FailedStatus records a failed call for target (rule 6): Infeasible for an infeasible error,
+// FailedStatus records a failed call for target (rule 16): Infeasible for an infeasible error,
 // InProgress otherwise, and the error in ModifyVolumeError with the gRPC code as reason.
 func FailedStatus(st v1.PersistentVolumeClaimStatus, target string, ce resize.ClassifiedError, now metav1.Time) v1.PersistentVolumeClaimStatus {
 	state := v1.PersistentVolumeClaimModifyVolumeInProgress
@@ -66,7 +66,7 @@ func FailedStatus(st v1.PersistentVolumeClaimStatus, target string, ce resize.Cl
 	return st
 }
 
-// CancelledStatus ends a Pending or Infeasible modification the user rolled back (rule 7).
+// CancelledStatus ends a Pending or Infeasible modification the user rolled back (rule 17).
 func CancelledStatus(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 	st = *st.DeepCopy()
 	st.ModifyVolumeStatus = nil
@@ -86,7 +86,7 @@ func clearConditions(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaim
 }
 
 // RetryWait says how long a Modify plan must still wait after the failure the PVC records
-// (rule 6), the same for whoever looks: an infeasible target is retried retryMax after the
+// (rule 16), the same for whoever looks: an infeasible target is retried retryMax after the
 // failure; any other error backs off from retryStart, doubling with the time the PVC has been
 // failing (since ModifyingVolume turned True), at most retryMax. A plan for another class than
 // the failed one goes at once: the user answered the failure.

@@ -1,0 +1,129 @@
+package modifycontroller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/modify"
+	"github.com/csi-resizer/csi-resizer/pkg/resize"
+	"github.com/csi-resizer/csi-resizer/pkg/status"
+)
+
+// modify carries out a Modify plan: record the target, call the driver, record its answer
+// (docs/design.md §2.11 rules 12, 18 and 16).
+func (c *Controller) modify(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan modify.Plan) (time.Duration, error) {
+	// The request first: a missing secret must not leave the PVC InProgress for a call that
+	// was never made.
+	req, err := csi.NewModifyRequest(ctx, c.cfg.Client.CoreV1(), pv, pvc, plan.Class, c.cfg.ExtraModifyMetadata)
+	if err != nil {
+		c.cfg.Recorder.Event(pvc, v1.EventTypeWarning, EventModifyFailed, err.Error())
+		return 0, err
+	}
+	c.obs.Begin(key, pvc)
+	written, err := c.writeStatus(ctx, key, pvc, modify.StartedStatus(pvc.Status, plan.Target, c.now()))
+	if err != nil {
+		return 0, err
+	}
+	klog.FromContext(ctx).V(2).Info("Calling ControllerModifyVolume", "volumeID", req.VolumeID, "class", plan.Target)
+	if callErr := c.cfg.Modifier.Modify(ctx, req); callErr != nil {
+		return c.modifyFailed(ctx, key, written, plan, callErr)
+	}
+	// The PV first: once the PVC says the class is current, nothing would write the PV again.
+	// A failure here leaves InProgress without an answer, so the next attempt repeats the
+	// idempotent call (rule 14).
+	if _, err := c.cfg.Writer.PatchVolumeAttributesClass(ctx, pv, plan.Target); err != nil {
+		return 0, err
+	}
+	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return modify.SucceededStatus(st, plan.Target)
+	}); err != nil {
+		return 0, err
+	}
+	took := c.obs.Succeeded(key)
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventModifySuccessful, "volume modified to VolumeAttributesClass %s in %s", plan.Target, took)
+	return 0, nil
+}
+
+// modifyFailed records a failed call (rule 16) and says when to look again.
+func (c *Controller) modifyFailed(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan modify.Plan, callErr error) (time.Duration, error) {
+	ce := modify.ClassifyError(callErr)
+	c.obs.Failed(key, ce.Reason, string(ce.Class))
+	// The event goes out whether or not the PVC can record the error.
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventModifyFailed, "modifying the volume to VolumeAttributesClass %s failed (%s, %s): %s",
+		plan.Target, ce.Reason, ce.Class, ce.Message)
+	now := c.now()
+	written, err := c.recordOutcome(ctx, key, pvc, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return modify.FailedStatus(st, plan.Target, ce, now)
+	})
+	if err != nil {
+		return 0, errors.Join(fmt.Errorf("ControllerModifyVolume: %w", callErr), err)
+	}
+	if ce.Class == resize.ClassInfeasible {
+		c.obs.Infeasible(key)
+	}
+	// The retry runs on the PVC's clock, as the sync woken by this write's echo computes it.
+	o := modify.Observe(written)
+	retry := resize.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
+	return max(time.Millisecond, modify.RetryWait(written, o, modify.Decide(o, c.class, c.cfg.Driver.Name), retry, c.cfg.Clock.Now())), nil
+}
+
+// markPending records that the class asked for cannot be used yet (rule 13), once: a PVC
+// already Pending for the same class is left alone, and the class informer queues it when the
+// class appears.
+func (c *Controller) markPending(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, o modify.Observed, plan modify.Plan) error {
+	if o.Status == v1.PersistentVolumeClaimModifyVolumePending && o.Target == plan.Target {
+		return nil
+	}
+	c.obs.Begin(key, pvc)
+	if _, err := c.writeStatus(ctx, key, pvc, modify.PendingStatus(pvc.Status, plan.Target)); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Modification pending", "class", plan.Target, "why", plan.Why)
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventModifyFailed, "%s; the modification waits (Pending) until it exists for driver %s, or set the class back to roll back",
+		plan.Why, c.cfg.Driver.Name)
+	return nil
+}
+
+// cancel ends a Pending or Infeasible modification the user rolled back (rule 17): no call.
+func (c *Controller) cancel(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, o modify.Observed) error {
+	if _, err := c.writeStatus(ctx, key, pvc, modify.CancelledStatus(pvc.Status)); err != nil {
+		return err
+	}
+	c.obs.Cancelled(key)
+	back := o.Current
+	if back == "" {
+		back = "no class"
+	}
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventModifyCancelled, "the modification to VolumeAttributesClass %s (%s) was cancelled: the claim was set back to %s, which the volume has",
+		o.Target, o.Status, back)
+	return nil
+}
+
+// recordOutcome writes the status that records the driver's answer (status.WriteOutcome: a
+// conflict re-reads the PVC and applies outcome to it, never a second call).
+func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+	return status.WriteOutcome(ctx, c.cfg.Client, pvc, outcome,
+		func(p *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+			return c.writeStatus(ctx, key, p, st)
+		},
+		func(old, latest *v1.PersistentVolumeClaim) {
+			c.cfg.Fresh.Wrote(key, old.ResourceVersion, latest.ResourceVersion)
+		})
+}
+
+// writeStatus patches the PVC status, guarded by resourceVersion, and records the write for
+// the freshness check.
+func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	c.cfg.Fresh.Wrote(key, pvc.ResourceVersion, out.ResourceVersion)
+	return out, nil
+}
