@@ -73,6 +73,9 @@ type Config struct {
 	// AnnotateFsResize writes the pre-resize-capacity annotation on the PV, and removes it
 	// when the node step is over (docs/design.md §2.9).
 	AnnotateFsResize bool
+	// Fresh is shared with the modification controller, which writes the same PVCs
+	// (docs/design.md §2.11 rule 19); nil: the controller's own.
+	Fresh *freshness.Tracker
 }
 
 // Controller reconciles the PVCs of one driver.
@@ -97,6 +100,9 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.Fresh == nil {
+		cfg.Fresh = freshness.New()
+	}
 	c := &Controller{
 		cfg:       cfg,
 		pvcLister: pvcs.Lister(),
@@ -107,7 +113,7 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: cfg.Driver.Name + "-pvc", Clock: cfg.Clock}),
-		fresh:  freshness.New(),
+		fresh:  cfg.Fresh,
 		obs:    metrics.NewObserver(cfg.Metrics, cfg.Clock),
 		failed: map[string]resource.Quantity{},
 	}
@@ -147,31 +153,6 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	klog.FromContext(ctx).Info("Starting workers", "driver", c.cfg.Driver.Name, "workers", workers)
 	reconcile.RunWorkers(ctx, c.queue, workers, "pvc", c.sync)
 	return nil
-}
-
-// ClaimStates lists the driver's PVCs from the informer cache, for the scrape-time gauges. It
-// returns nil, which the collector exports as nothing at all, until the informers have synced
-// (and on a standby replica, whose informers never start): a cache that is still listing would
-// report the PVCs it has not reached yet as absent, and an infeasible PVC missing from one
-// scrape after a restart resets the "for: 15m" of CSIResizerVolumeInfeasible. Once synced the
-// result is never nil, even with no PVCs, so the collector exports its zeros.
-func (c *Controller) ClaimStates() []metrics.ClaimState {
-	for _, synced := range c.synced {
-		if !synced() {
-			return nil
-		}
-	}
-	pvcs, err := c.pvcLister.List(labels.Everything())
-	if err != nil {
-		return nil
-	}
-	out := make([]metrics.ClaimState, 0, len(pvcs))
-	for _, pvc := range pvcs {
-		if _, ok := c.volumeOf(pvc); ok {
-			out = append(out, metrics.ClaimState{Namespace: pvc.Namespace, Name: pvc.Name, State: pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]})
-		}
-	}
-	return out
 }
 
 // sync reconciles one PVC. It returns an error for a retry with backoff, or a delay after which

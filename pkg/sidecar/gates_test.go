@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+
 	"context"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
 )
 
@@ -110,28 +112,29 @@ func TestLoggingFlagsInvalid(t *testing.T) {
 }
 
 func TestVolumeAttributesClassDecision(t *testing.T) {
+	modifier := csi.Driver{Name: "hostpath.csi.k8s.io", ControllerModify: true}
+	expander := csi.Driver{Name: "hostpath.csi.k8s.io", ControllerExpand: true}
 	for _, tc := range []struct {
 		name             string
 		explicit, served bool
 		err              error
+		driver           csi.Driver
 		wantOn           bool
+		want             string
 	}{
-		{name: "default, served", served: true, wantOn: true},
-		{name: "default, not served", wantOn: false},
-		{name: "default, discovery failed", err: errors.New("boom"), wantOn: true},
-		{name: "set explicitly (not asked)", explicit: true, wantOn: true},
+		{name: "default, served", served: true, driver: modifier, wantOn: true, want: "modification on"},
+		{name: "default, not served", driver: modifier, want: "does not serve storage.k8s.io/v1 VolumeAttributesClass"},
+		{name: "default, discovery failed", err: errors.New("boom"), driver: modifier, wantOn: true, want: "modification on"},
+		{name: "set explicitly (not asked)", explicit: true, driver: modifier, wantOn: true, want: "modification on"},
+		{name: "served, driver without MODIFY_VOLUME", served: true, driver: expander, want: "does not advertise the MODIFY_VOLUME"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			on, msg := volumeAttributesClassDecision(tc.explicit, tc.served, tc.err)
+			on, msg := volumeAttributesClassDecision(tc.explicit, tc.served, tc.err, tc.driver)
 			if on != tc.wantOn {
 				t.Errorf("on = %t, want %t", on, tc.wantOn)
 			}
-			want := "not implemented"
-			if !tc.wantOn {
-				want = "does not serve storage.k8s.io/v1 VolumeAttributesClass"
-			}
-			if !strings.Contains(msg, want) {
-				t.Errorf("message %q does not say %q", msg, want)
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("message %q does not say %q", msg, tc.want)
 			}
 		})
 	}
@@ -174,7 +177,10 @@ func TestCheckVolumeAttributesClass(t *testing.T) {
 			}
 			var lines []string
 			logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
-			checkVolumeAttributesClass(logger, d, o.FeatureGates)
+			on := checkVolumeAttributesClass(logger, d, o.FeatureGates, csi.Driver{Name: "d", ControllerModify: true})
+			if on != tc.wantOn {
+				t.Errorf("modification on = %t, want %t", on, tc.wantOn)
+			}
 			if got := o.FeatureGates.Enabled(features.VolumeAttributesClass); got != tc.wantOn {
 				t.Errorf("VolumeAttributesClass = %t after the check, want %t", got, tc.wantOn)
 			}

@@ -71,7 +71,7 @@ func AddFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.RetryIntervalStart, "retry-interval-start", time.Second, "Initial retry interval of a failed volume expansion. It doubles with each failure, up to retry-interval-max.")
 	fs.DurationVar(&o.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of a failed volume expansion; also the retry interval of infeasible expansions.")
 	fs.BoolVar(&o.HandleVolumeInUseError, "handle-volume-inuse-error", true, "Wait, instead of retrying, while a pod uses a volume that the driver can only expand offline (FAILED_PRECONDITION). Watches pods only when needed.")
-	fs.BoolVar(&o.ExtraModifyMetadata, "extra-modify-metadata", false, "Accepted for compatibility with external-resizer. It adds PV/PVC metadata to ModifyVolume requests, and this sidecar does not implement VolumeAttributesClass modification, so it has no effect.")
+	fs.BoolVar(&o.ExtraModifyMetadata, "extra-modify-metadata", false, "Add the PVC name and namespace and the PV name (csi.storage.k8s.io/pvc/name, csi.storage.k8s.io/pvc/namespace, csi.storage.k8s.io/pv/name) to the mutable parameters of ControllerModifyVolume.")
 	fs.Var(&featureGateFlag{gate: o.FeatureGates, values: cflag.NewMapStringBool(&o.gates)}, "feature-gates",
 		"A set of key=value pairs that describe feature gates (those of external-resizer, with its defaults). Options are:\n"+strings.Join(features.Help(o.FeatureGates), "\n"))
 	logsapi.AddGoFlags(o.Logging, fs)
@@ -116,13 +116,6 @@ func (o *Options) HTTPAddress() string {
 		return o.Common.HttpEndpoint
 	}
 	return o.Common.MetricsAddress
-}
-
-// WarnIgnored logs flags that are accepted for compatibility and do nothing here.
-func (o *Options) WarnIgnored(logger klog.Logger) {
-	if o.ExtraModifyMetadata {
-		logger.Info("--extra-modify-metadata has no effect: this resizer does not implement VolumeAttributesClass modification (ModifyVolume)")
-	}
 }
 
 // featureGateFlag is --feature-gates: key=value pairs, repeatable, as external-resizer's. A

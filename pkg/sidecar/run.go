@@ -40,9 +40,11 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/controller"
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/prioritylimit"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
+	"github.com/csi-resizer/csi-resizer/pkg/modifycontroller"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
@@ -74,7 +76,6 @@ func Main(args []string, version string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts.WarnIgnored(klog.FromContext(ctx))
 	// Nothing is logged at the default verbosity before the driver answers (csi.Connect moves
 	// csi-lib-utils' connection progress to -v=2), so a start-up failure is the one line below.
 	if err := run(ctx, opts, version); err != nil {
@@ -113,7 +114,7 @@ func run(ctx context.Context, opts *Options, version string) error {
 	}
 	defer conn.Close()
 	logger.Info("CSI driver ready", "version", version, "driver", driver.Name, "controllerExpansion", driver.ControllerExpand,
-		"nodeExpansion", driver.NodeExpand, "offlineOnly", driver.OfflineOnly)
+		"nodeExpansion", driver.NodeExpand, "offlineOnly", driver.OfflineOnly, "controllerModify", driver.ControllerModify)
 
 	config, err := clientConfig(opts)
 	if err != nil {
@@ -123,34 +124,25 @@ func run(ctx context.Context, opts *Options, version string) error {
 	if err != nil {
 		return err
 	}
+	modifyOn := checkVolumeAttributesClass(logger, client.Discovery(), opts.FeatureGates, driver)
+	expandOn := driver.ControllerExpand || driver.NodeExpand
+	if !expandOn && !modifyOn {
+		return fmt.Errorf("CSI driver %s can only modify volumes (MODIFY_VOLUME, no expansion capability), and VolumeAttributesClass modification is off: enable the VolumeAttributesClass feature gate on the apiserver and here", driver.Name)
+	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(client, opts.ResyncPeriod, informers.WithTransform(slimObject))
 	pvcs := factory.Core().V1().PersistentVolumeClaims()
 	pvs := factory.Core().V1().PersistentVolumes()
-
 	recorder, stopEvents := newRecorder(ctx, events, driver.Name)
 	defer stopEvents()
-
 	rec := metrics.NewRecorder(driver.Name)
-	ctrl := controller.New(controller.Config{
-		Driver:             driver,
-		Expander:           csi.NewClient(conn, opts.Timeout),
-		Client:             client,
-		Writer:             &status.APIWriter{Client: client, FieldManager: "csi-resizer"},
-		Recorder:           recorder,
-		Metrics:            rec,
-		Clock:              clock.RealClock{},
-		RetryIntervalStart: opts.RetryIntervalStart,
-		RetryIntervalMax:   opts.RetryIntervalMax,
-		HandleVolumeInUse:  opts.HandleVolumeInUseError,
-		Legacy:             !opts.FeatureGates.Enabled(features.RecoverVolumeExpansionFailure),
-		AnnotateFsResize:   opts.FeatureGates.Enabled(features.AnnotateFsResize),
-	}, pvcs, pvs)
+	runners := newControllers(opts, driver, conn, client, recorder, rec, factory, expandOn, modifyOn)
 
 	mux := http.NewServeMux()
 	if addr := opts.HTTPAddress(); addr != "" {
 		rec.Register(mm.GetRegistry())
-		mm.GetRegistry().CustomMustRegister(metrics.NewStateCollector(driver.Name, ctrl.ClaimStates))
+		mm.GetRegistry().CustomMustRegister(metrics.NewStateCollector(driver.Name,
+			metrics.ClaimLister(driver.Name, pvcs.Lister(), pvs.Lister(), pvcs.Informer().HasSynced, pvs.Informer().HasSynced)))
 		mm.WithAdditionalRegistry(legacyregistry.DefaultGatherer)
 		mm.RegisterToServer(mux, opts.Common.MetricsPath)
 		defer serveHTTP(logger, addr, mux).Close()
@@ -158,11 +150,67 @@ func run(ctx context.Context, opts *Options, version string) error {
 	}
 
 	opts.LogStartupNotes(logger)
-	checkVolumeAttributesClass(logger, client.Discovery(), opts.FeatureGates)
 	return runUntilStopped(ctx, opts, config, driver.Name, mux, func(ctx context.Context) error {
 		factory.Start(ctx.Done())
-		return ctrl.Run(ctx, opts.Workers)
+		return runAll(ctx, opts.Workers, runners)
 	})
+}
+
+// runner is a controller's Run.
+type runner func(ctx context.Context, workers int) error
+
+// newControllers builds the expansion controller when the driver can expand and the
+// modification controller when modification is on (docs/design.md §2.11), on the same
+// informers and with one freshness tracker, so neither decides on a PVC version the other's
+// write replaced.
+func newControllers(opts *Options, driver csi.Driver, conn *grpc.ClientConn, client kubernetes.Interface, recorder record.EventRecorder,
+	rec *metrics.Recorder, factory informers.SharedInformerFactory, expandOn, modifyOn bool) []runner {
+	pvcs := factory.Core().V1().PersistentVolumeClaims()
+	pvs := factory.Core().V1().PersistentVolumes()
+	driverClient := csi.NewClient(conn, opts.Timeout)
+	writer := &status.APIWriter{Client: client, FieldManager: "csi-resizer"}
+	fresh := freshness.New()
+	var runners []runner
+	if expandOn {
+		runners = append(runners, controller.New(controller.Config{
+			Driver: driver, Expander: driverClient, Client: client, Writer: writer, Recorder: recorder, Metrics: rec,
+			Clock: clock.RealClock{}, Fresh: fresh,
+			RetryIntervalStart: opts.RetryIntervalStart,
+			RetryIntervalMax:   opts.RetryIntervalMax,
+			HandleVolumeInUse:  opts.HandleVolumeInUseError,
+			Legacy:             !opts.FeatureGates.Enabled(features.RecoverVolumeExpansionFailure),
+			AnnotateFsResize:   opts.FeatureGates.Enabled(features.AnnotateFsResize),
+		}, pvcs, pvs).Run)
+	}
+	if modifyOn {
+		runners = append(runners, modifycontroller.New(modifycontroller.Config{
+			Driver: driver, Modifier: driverClient, Client: client, Writer: writer, Recorder: recorder, Metrics: rec,
+			Clock: clock.RealClock{}, Fresh: fresh,
+			RetryIntervalStart:  opts.RetryIntervalStart,
+			RetryIntervalMax:    opts.RetryIntervalMax,
+			ExtraModifyMetadata: opts.ExtraModifyMetadata,
+		}, pvcs, pvs, factory.Storage().V1().VolumeAttributesClasses()).Run)
+	}
+	return runners
+}
+
+// runAll runs the controllers until ctx ends or one fails, which stops the others: the
+// process's life is the controllers' together.
+func runAll(ctx context.Context, workers int, runners []runner) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(runners))
+	for _, run := range runners {
+		go func() { errs <- run(ctx, workers) }()
+	}
+	var first error
+	for range runners {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	return first
 }
 
 // newRecorder is the PVC event recorder, writing through the events' own client (lower
