@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-
 	"context"
 	"errors"
 	"flag"
