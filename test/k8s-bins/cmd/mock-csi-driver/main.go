@@ -22,7 +22,9 @@
 //     of the tests a modifying one. With the switch off the capability is
 //     hidden and the call is UNIMPLEMENTED; with it on an unknown volume id is
 //     NOT_FOUND, as real drivers answer. With --controller-expansion=false
-//     --node-expansion=false --modify-volume it is a modify-only driver.
+//     --node-expansion=false --modify-volume it is a modify-only driver (the
+//     plugin VolumeExpansion capability, which the mock always advertises, is
+//     then hidden too).
 package main
 
 import (
@@ -213,6 +215,10 @@ func (w *wrapper) intercept(ctx context.Context, req any, info *grpc.UnaryServer
 			if !w.opts.modifyVolume {
 				r.Capabilities = withoutModify(r.Capabilities)
 			}
+		case *csi.GetPluginCapabilitiesResponse:
+			if w.opts.noExpansion() {
+				r.Capabilities = withoutVolumeExpansion(r.Capabilities)
+			}
 		}
 		w.record(method, req)
 	}
@@ -271,6 +277,22 @@ func (w *wrapper) modifyVolume(ctx context.Context, req *csi.ControllerModifyVol
 		return nil, err
 	}
 	return handler(ctx, req)
+}
+
+// noExpansion: no expansion switch is on, the driver cannot expand at all.
+func (o options) noExpansion() bool {
+	return !o.controllerExpansion && !o.nodeExpansion && !o.nodeExpansionRequired && !o.offlineExpansion
+}
+
+// withoutVolumeExpansion drops the plugin VolumeExpansion capability.
+func withoutVolumeExpansion(caps []*csi.PluginCapability) []*csi.PluginCapability {
+	out := caps[:0:0]
+	for _, c := range caps {
+		if c.GetVolumeExpansion() == nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // withoutModify drops MODIFY_VOLUME from controller capabilities.

@@ -69,3 +69,31 @@ func TestModifyVolumeSwitch(t *testing.T) {
 		t.Errorf("--modify-volume: ControllerModifyVolume of an unknown volume: %v, want NOT_FOUND", err)
 	}
 }
+
+func TestNoExpansionHidesPluginVolumeExpansion(t *testing.T) {
+	svc := service.New(service.Config{DriverName: "mock.test"})
+	pluginCaps := func(ctx context.Context, req any) (any, error) {
+		return svc.GetPluginCapabilities(ctx, req.(*csi.GetPluginCapabilitiesRequest))
+	}
+	hasExpansion := func(o options) bool {
+		w := &wrapper{opts: o, svc: svc, faults: &faultSet{}}
+		resp, err := w.intercept(context.Background(), &csi.GetPluginCapabilitiesRequest{},
+			&grpc.UnaryServerInfo{FullMethod: "/csi.v1.Identity/GetPluginCapabilities"}, pluginCaps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, c := range resp.(*csi.GetPluginCapabilitiesResponse).GetCapabilities() {
+			found = found || c.GetVolumeExpansion() != nil
+		}
+		return found
+	}
+	if hasExpansion(options{modifyVolume: true}) {
+		t.Error("no expansion switch on (modify-only): plugin VolumeExpansion still advertised")
+	}
+	for _, o := range []options{{controllerExpansion: true}, {nodeExpansion: true}, {nodeExpansionRequired: true}, {offlineExpansion: true}} {
+		if !hasExpansion(o) {
+			t.Errorf("%+v: plugin VolumeExpansion hidden", o)
+		}
+	}
+}
