@@ -1,6 +1,7 @@
 // Package csi is the resizer's only door to the CSI driver: it connects to the driver's unix
 // socket, reads the driver's identity and capabilities once at start-up, and turns a PV into a
-// ControllerExpandVolume call. It decides nothing about the state machine.
+// ControllerExpandVolume call, or a PV and a VolumeAttributesClass into a ControllerModifyVolume
+// call. It decides nothing about the state machines.
 package csi
 
 import (
@@ -37,14 +38,18 @@ type Driver struct {
 	OfflineOnly bool
 	// SingleNodeMultiWriter: the controller understands the SINGLE_NODE_*_WRITER access modes.
 	SingleNodeMultiWriter bool
+	// ControllerModify: controller MODIFY_VOLUME; ControllerModifyVolume is called for
+	// VolumeAttributesClass changes.
+	ControllerModify bool
 }
 
 // NodeOnly reports whether the driver expands only on the node, so the control plane part is
 // bookkeeping with no CSI call.
 func (d Driver) NodeOnly() bool { return !d.ControllerExpand && d.NodeExpand }
 
-// ErrNoExpansion is returned by Handshake for a driver that cannot expand volumes at all.
-var ErrNoExpansion = errors.New("no expansion capability")
+// ErrNoExpansion is returned by Handshake for a driver that can neither expand volumes (on the
+// controller or the node) nor modify them: the resizer would have nothing to do for it.
+var ErrNoExpansion = errors.New("no expansion or modification capability")
 
 // Connect dials the driver's socket. It fails when no connection is made within timeout, and
 // exits the process when an established connection is lost: the driver restarted and may have
@@ -114,6 +119,7 @@ func Handshake(ctx context.Context, conn *grpc.ClientConn, timeout time.Duration
 		}
 		d.ControllerExpand = ctrlCaps[csi.ControllerServiceCapability_RPC_EXPAND_VOLUME]
 		d.SingleNodeMultiWriter = ctrlCaps[csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER]
+		d.ControllerModify = ctrlCaps[csi.ControllerServiceCapability_RPC_MODIFY_VOLUME]
 	}
 	if !d.ControllerExpand {
 		// A controller socket often serves the node service too (one binary); ask it, and
@@ -129,8 +135,9 @@ func Handshake(ctx context.Context, conn *grpc.ClientConn, timeout time.Duration
 			klog.FromContext(ctx).V(2).Info("NodeGetCapabilities failed; assuming no node expansion", "driver", name, "err", err)
 		}
 	}
-	if !d.ControllerExpand && !d.NodeExpand {
-		return d, fmt.Errorf("CSI driver %s has neither the controller EXPAND_VOLUME capability nor a node/plugin VolumeExpansion capability: %w", name, ErrNoExpansion)
+	// A modify-only driver (VolumeAttributesClass changes, no expansion) is served.
+	if !d.ControllerExpand && !d.NodeExpand && !d.ControllerModify {
+		return d, fmt.Errorf("CSI driver %s can neither expand volumes (no controller EXPAND_VOLUME, node EXPAND_VOLUME or plugin VolumeExpansion capability) nor modify them (no controller MODIFY_VOLUME capability); does --csi-address point at the right driver?: %w", name, ErrNoExpansion)
 	}
 	return d, nil
 }

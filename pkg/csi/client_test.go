@@ -66,6 +66,16 @@ func TestHandshake(t *testing.T) {
 			want: csi.Driver{Name: "node2.example.com", NodeExpand: true},
 		},
 		{
+			name: "modify-only: MODIFY_VOLUME without any expansion capability",
+			opts: csitest.Options{Name: "modify.example.com", ControllerService: true, ControllerModify: true, NodeService: true},
+			want: csi.Driver{Name: "modify.example.com", ControllerModify: true},
+		},
+		{
+			name: "controller expansion and MODIFY_VOLUME",
+			opts: csitest.Options{Name: "ctrlmod.example.com", ControllerService: true, ControllerExpand: true, ControllerModify: true},
+			want: csi.Driver{Name: "ctrlmod.example.com", ControllerExpand: true, ControllerModify: true},
+		},
+		{
 			name:    "no expansion at all",
 			opts:    csitest.Options{Name: "static.example.com", ControllerService: true, NodeService: true},
 			noExpan: true,
@@ -84,8 +94,10 @@ func TestHandshake(t *testing.T) {
 				if !errors.Is(err, csi.ErrNoExpansion) {
 					t.Fatalf("Handshake error = %v, want one wrapping ErrNoExpansion", err)
 				}
-				if !strings.Contains(err.Error(), tc.opts.Name) {
-					t.Errorf("error %q does not name the driver %s", err, tc.opts.Name)
+				for _, want := range []string{tc.opts.Name, "EXPAND_VOLUME", "MODIFY_VOLUME", "--csi-address"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q does not name %s", err, want)
+					}
 				}
 				return
 			}
@@ -105,8 +117,8 @@ func TestHandshake(t *testing.T) {
 			if n := srv.Count(csitest.MethodControllerGetCapabilities); n != wantCaps {
 				t.Errorf("ControllerGetCapabilities called %d times, want %d", n, wantCaps)
 			}
-			if n := srv.Count(csitest.MethodControllerExpandVolume); n != 0 {
-				t.Errorf("the handshake called ControllerExpandVolume %d times", n)
+			if n := srv.Count(csitest.MethodControllerExpandVolume) + srv.Count(csitest.MethodControllerModifyVolume); n != 0 {
+				t.Errorf("the handshake called ControllerExpandVolume/ControllerModifyVolume %d times", n)
 			}
 		})
 	}

@@ -30,13 +30,22 @@ func NewExpandRequest(ctx context.Context, secrets typedcorev1.SecretsGetter, pv
 	if ref == nil {
 		return req, nil
 	}
-	secret, err := secrets.Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	req.Secrets, err = readSecret(ctx, secrets, ref.Namespace, ref.Name)
 	if err != nil {
 		return req, fmt.Errorf("reading the controller-expand secret %s/%s of PV %s: %w", ref.Namespace, ref.Name, pv.Name, err)
 	}
-	req.Secrets = make(map[string]string, len(secret.Data))
-	for k, v := range secret.Data {
-		req.Secrets[k] = string(v)
-	}
 	return req, nil
+}
+
+// readSecret returns the data of a secret as the CSI secrets map.
+func readSecret(ctx context.Context, secrets typedcorev1.SecretsGetter, namespace, name string) (map[string]string, error) {
+	secret, err := secrets.Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	data := make(map[string]string, len(secret.Data))
+	for k, v := range secret.Data {
+		data[k] = string(v)
+	}
+	return data, nil
 }

@@ -305,16 +305,19 @@ func newClients(config *rest.Config) (kubernetes.Interface, typedcorev1.CoreV1In
 // names) instead of keeping a copy per object. With 10k PVC/PV pairs the caches are most of the
 // sidecar's memory.
 //
-// What is read, and so kept (pkg/controller, pkg/resize, pkg/csi, pkg/status, the event
-// recorder's object reference, the log's object keys):
+// What is read, and so kept (pkg/controller, pkg/modifycontroller, pkg/resize, pkg/modify,
+// pkg/csi, pkg/status, the event recorder's object reference, the log's object keys):
 //   - PVC: name, namespace, UID, resourceVersion, deletionTimestamp, spec.resources,
-//     spec.volumeName, the whole status (the KEP-1790 state, the conditions the next status
-//     is computed from, phase, capacity), and two annotations: storage-resizer (which driver
-//     expands a migrated in-tree volume) and node-expansion-not-required (compared before it
-//     is written).
+//     spec.volumeName, spec.volumeAttributesClassName (the class a modification targets), the
+//     whole status (the KEP-1790 state, the KEP-3751 currentVolumeAttributesClassName and
+//     modifyVolumeStatus, the conditions the next status is computed from, phase, capacity),
+//     and two annotations: storage-resizer (which driver expands a migrated in-tree volume)
+//     and node-expansion-not-required (compared before it is written).
 //   - PV: name, UID, resourceVersion, deletionTimestamp, the pre-resize-capacity annotation
-//     (compared before it is written), spec.capacity, accessModes, claimRef, volumeMode,
-//     mountOptions (the volume capability of ControllerExpandVolume), and of spec.csi the
+//     (compared before it is written), the two controller-modify-secret annotations (the
+//     ControllerModifyVolume secret), spec.capacity, accessModes, claimRef, volumeMode,
+//     mountOptions (the volume capability of ControllerExpandVolume),
+//     volumeAttributesClassName (compared before it is written), and of spec.csi the
 //     driver, volumeHandle, fsType and controllerExpandSecretRef; status.phase. A PV of a
 //     migratable in-tree plugin (awsElasticBlockStore, gcePersistentDisk, ...) keeps its whole
 //     in-tree source, its labels and its nodeAffinity: csi-translation-lib builds the volume
@@ -383,7 +386,8 @@ func slimClaim(pvc *v1.PersistentVolumeClaim) *v1.PersistentVolumeClaim {
 				Requests: resourceLists.intern(pvc.Spec.Resources.Requests),
 				Limits:   resourceLists.intern(pvc.Spec.Resources.Limits),
 			},
-			VolumeName: pvc.Spec.VolumeName,
+			VolumeName:                pvc.Spec.VolumeName,
+			VolumeAttributesClassName: pvc.Spec.VolumeAttributesClassName,
 		},
 		Status: st,
 	}
@@ -393,15 +397,16 @@ func slimVolume(pv *v1.PersistentVolume) *v1.PersistentVolume {
 	out := &v1.PersistentVolume{
 		ObjectMeta: slimMeta(&pv.ObjectMeta),
 		Spec: v1.PersistentVolumeSpec{
-			Capacity:     resourceLists.intern(pv.Spec.Capacity),
-			AccessModes:  internModes(pv.Spec.AccessModes),
-			ClaimRef:     pv.Spec.ClaimRef,
-			VolumeMode:   internVolumeMode(pv.Spec.VolumeMode),
-			MountOptions: pv.Spec.MountOptions,
+			Capacity:                  resourceLists.intern(pv.Spec.Capacity),
+			AccessModes:               internModes(pv.Spec.AccessModes),
+			ClaimRef:                  pv.Spec.ClaimRef,
+			VolumeMode:                internVolumeMode(pv.Spec.VolumeMode),
+			MountOptions:              pv.Spec.MountOptions,
+			VolumeAttributesClassName: pv.Spec.VolumeAttributesClassName,
 		},
 		Status: v1.PersistentVolumeStatus{Phase: v1.PersistentVolumePhase(internString(string(pv.Status.Phase)))},
 	}
-	out.Annotations = keepAnnotations(pv.Annotations, resize.AnnPreResizeCapacity)
+	out.Annotations = keepAnnotations(pv.Annotations, resize.AnnPreResizeCapacity, csi.AnnModifySecretName, csi.AnnModifySecretNamespace)
 	if migration.HasInTreeSource(pv) {
 		out.Spec.PersistentVolumeSource = pv.Spec.PersistentVolumeSource
 		out.Spec.NodeAffinity = pv.Spec.NodeAffinity

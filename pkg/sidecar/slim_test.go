@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	rcsi "github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
@@ -43,6 +44,7 @@ func storage(q string) v1.ResourceList {
 func fullClaim(name string) *v1.PersistentVolumeClaim {
 	fs := v1.PersistentVolumeFilesystem
 	class := "fast"
+	gold, bronze := "gold", "bronze"
 	return &v1.PersistentVolumeClaim{
 		ObjectMeta: fullMeta(name, "apps"),
 		Spec: v1.PersistentVolumeClaimSpec{
@@ -52,6 +54,8 @@ func fullClaim(name string) *v1.PersistentVolumeClaim {
 			StorageClassName: &class,
 			VolumeMode:       &fs,
 			Selector:         &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}},
+			// VolumeAttributesClass (KEP-3751): the modification's target.
+			VolumeAttributesClassName: &gold,
 		},
 		Status: v1.PersistentVolumeClaimStatus{
 			Phase:              v1.ClaimBound,
@@ -61,13 +65,18 @@ func fullClaim(name string) *v1.PersistentVolumeClaim {
 			AllocatedResourceStatuses: map[v1.ResourceName]v1.ClaimResourceStatus{
 				v1.ResourceStorage: v1.PersistentVolumeClaimControllerResizeInProgress,
 			},
-			Conditions: []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimResizing, Status: v1.ConditionTrue, Message: "m"}},
+			Conditions:                       []v1.PersistentVolumeClaimCondition{{Type: v1.PersistentVolumeClaimResizing, Status: v1.ConditionTrue, Message: "m"}},
+			CurrentVolumeAttributesClassName: &bronze,
+			ModifyVolumeStatus: &v1.ModifyVolumeStatus{
+				TargetVolumeAttributesClassName: gold, Status: v1.PersistentVolumeClaimModifyVolumeInProgress,
+			},
 		},
 	}
 }
 
 func fullVolume(name string) *v1.PersistentVolume {
 	block := v1.PersistentVolumeBlock
+	bronze := "bronze"
 	pv := &v1.PersistentVolume{
 		ObjectMeta: fullMeta(name, ""),
 		Spec: v1.PersistentVolumeSpec{
@@ -80,6 +89,7 @@ func fullVolume(name string) *v1.PersistentVolume {
 			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimDelete,
 			StorageClassName:              "fast",
 			NodeAffinity:                  &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{}},
+			VolumeAttributesClassName:     &bronze,
 			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
 				Driver: "hostpath.csi.k8s.io", VolumeHandle: "vol-1", FSType: "ext4", ReadOnly: true,
 				VolumeAttributes:          map[string]string{"storage.kubernetes.io/csiProvisionerIdentity": "x"},
@@ -91,6 +101,8 @@ func fullVolume(name string) *v1.PersistentVolume {
 		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound, Message: "bound"},
 	}
 	pv.Annotations[resize.AnnPreResizeCapacity] = "1Gi"
+	pv.Annotations[rcsi.AnnModifySecretName] = "modify"
+	pv.Annotations[rcsi.AnnModifySecretNamespace] = "kube-system"
 	return pv
 }
 
@@ -117,8 +129,9 @@ func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 	want := &v1.PersistentVolumeClaim{
 		ObjectMeta: wantMeta,
 		Spec: v1.PersistentVolumeClaimSpec{
-			Resources:  pvc.Spec.Resources,
-			VolumeName: pvc.Spec.VolumeName,
+			Resources:                 pvc.Spec.Resources,
+			VolumeName:                pvc.Spec.VolumeName,
+			VolumeAttributesClassName: pvc.Spec.VolumeAttributesClassName,
 		},
 		Status: pvc.Status,
 	}
@@ -135,11 +148,12 @@ func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 	wantPV := &v1.PersistentVolume{
 		ObjectMeta: keptMeta(pv.ObjectMeta),
 		Spec: v1.PersistentVolumeSpec{
-			Capacity:     pv.Spec.Capacity,
-			AccessModes:  pv.Spec.AccessModes,
-			ClaimRef:     pv.Spec.ClaimRef,
-			VolumeMode:   pv.Spec.VolumeMode,
-			MountOptions: pv.Spec.MountOptions,
+			Capacity:                  pv.Spec.Capacity,
+			AccessModes:               pv.Spec.AccessModes,
+			ClaimRef:                  pv.Spec.ClaimRef,
+			VolumeMode:                pv.Spec.VolumeMode,
+			MountOptions:              pv.Spec.MountOptions,
+			VolumeAttributesClassName: pv.Spec.VolumeAttributesClassName,
 			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
 				Driver: csi.Driver, VolumeHandle: csi.VolumeHandle, FSType: csi.FSType,
 				ControllerExpandSecretRef: csi.ControllerExpandSecretRef,
@@ -147,17 +161,19 @@ func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: pv.Status.Phase},
 	}
-	wantPV.Annotations = map[string]string{resize.AnnPreResizeCapacity: "1Gi"}
+	wantPV.Annotations = map[string]string{resize.AnnPreResizeCapacity: "1Gi", rcsi.AnnModifySecretName: "modify", rcsi.AnnModifySecretNamespace: "kube-system"}
 	if got := out.(*v1.PersistentVolume); !equality.Semantic.DeepEqual(got, wantPV) {
 		t.Errorf("slim PV:\n got %+v\nwant %+v", got, wantPV)
 	}
 
-	// A PV without the annotation gets no annotation map at all, nor a PVC without either.
+	// A PV without the annotations gets no annotation map at all, nor a PVC without either.
 	bare := fullVolume("pv-bare")
 	delete(bare.Annotations, resize.AnnPreResizeCapacity)
+	delete(bare.Annotations, rcsi.AnnModifySecretName)
+	delete(bare.Annotations, rcsi.AnnModifySecretNamespace)
 	out, _ = slimObject(bare)
 	if a := out.(*v1.PersistentVolume).Annotations; a != nil {
-		t.Errorf("slim PV without the pre-resize annotation keeps annotations %v", a)
+		t.Errorf("slim PV without the resizer's annotations keeps annotations %v", a)
 	}
 	out, _ = slimObject(fullClaim("bare"))
 	if a := out.(*v1.PersistentVolumeClaim).Annotations; a != nil {

@@ -1,5 +1,6 @@
-// Package status writes the resizer's decisions to the API: the PVC status subresource and the
-// PV capacity, each as one merge patch that carries only what changed.
+// Package status writes the resizer's decisions to the API: the PVC status subresource, the PV
+// capacity and the PV's VolumeAttributesClass, each as one merge patch that carries only what
+// changed.
 //
 // A merge patch (RFC 7386) is used rather than a strategic one because its meaning is plain: a
 // map key set or removed, a list (conditions) replaced whole. The resizer computes the whole new
@@ -30,6 +31,10 @@ type Writer interface {
 	// PatchVolume sets the PV's storage capacity and changes annotations (a nil value removes
 	// the key), in one write; no call when nothing changes.
 	PatchVolume(ctx context.Context, pv *v1.PersistentVolume, capacity resource.Quantity, annotations map[string]*string) (*v1.PersistentVolume, error)
+	// PatchVolumeAttributesClass sets the PV's spec.volumeAttributesClassName after a
+	// successful modification; no call when it already is class. class must not be empty: the
+	// API forbids removing a PV's class.
+	PatchVolumeAttributesClass(ctx context.Context, pv *v1.PersistentVolume, class string) (*v1.PersistentVolume, error)
 }
 
 // APIWriter implements Writer with a clientset.
@@ -66,14 +71,51 @@ func (w *APIWriter) PatchVolume(ctx context.Context, pv *v1.PersistentVolume, ca
 	return out, nil
 }
 
+// PatchVolumeAttributesClass implements Writer.
+func (w *APIWriter) PatchVolumeAttributesClass(ctx context.Context, pv *v1.PersistentVolume, class string) (*v1.PersistentVolume, error) {
+	patch, changed, err := VolumeAttributesClassPatch(pv, class)
+	if err != nil || !changed {
+		return pv, err
+	}
+	out, err := w.Client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: w.FieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("patching volumeAttributesClassName of PV %s: %w", pv.Name, err)
+	}
+	return out, nil
+}
+
 // ClaimStatusPatch builds the merge patch from pvc.Status to newStatus over the fields the
 // resizer owns (allocatedResources.storage, allocatedResourceStatuses.storage,
-// capacity.storage, conditions) and the annotation changes, and reports whether anything
-// changed. Annotations travel in the status write: the apiserver takes metadata changes on
-// the PVC's status subresource (only spec is reset there), which is how upstream writes them
-// too, so they cost no write of their own.
+// capacity.storage, conditions, currentVolumeAttributesClassName, modifyVolumeStatus) and the
+// annotation changes, and reports whether anything changed. Annotations travel in the status
+// write: the apiserver takes metadata changes on the PVC's status subresource (only spec is
+// reset there), which is how upstream writes them too, so they cost no write of their own.
 func ClaimStatusPatch(pvc *v1.PersistentVolumeClaim, newStatus v1.PersistentVolumeClaimStatus, annotations map[string]*string, guard bool) ([]byte, bool, error) {
-	old := pvc.Status
+	st := statusChanges(pvc.Status, newStatus)
+	ann := annotationChanges(pvc.Annotations, annotations)
+	if len(st) == 0 && len(ann) == 0 {
+		return nil, false, nil
+	}
+	patch := map[string]any{}
+	if len(st) > 0 {
+		patch["status"] = st
+	}
+	meta := map[string]any{}
+	if len(ann) > 0 {
+		meta["annotations"] = ann
+	}
+	if guard {
+		meta["resourceVersion"] = pvc.ResourceVersion
+	}
+	if len(meta) > 0 {
+		patch["metadata"] = meta
+	}
+	b, err := json.Marshal(patch)
+	return b, true, err
+}
+
+// statusChanges is the merge patch of the status fields the resizer owns, from old to new.
+func statusChanges(old, newStatus v1.PersistentVolumeClaimStatus) map[string]any {
 	st := map[string]any{}
 	if q, ok := quantityChange(old.AllocatedResources, newStatus.AllocatedResources); ok {
 		st["allocatedResources"] = map[string]any{string(v1.ResourceStorage): q}
@@ -95,26 +137,54 @@ func ClaimStatusPatch(pvc *v1.PersistentVolumeClaim, newStatus v1.PersistentVolu
 			st["conditions"] = newStatus.Conditions
 		}
 	}
-	ann := annotationChanges(pvc.Annotations, annotations)
-	if len(st) == 0 && len(ann) == 0 {
+	if o, n := old.CurrentVolumeAttributesClassName, newStatus.CurrentVolumeAttributesClassName; !stringPtrEqual(o, n) {
+		st["currentVolumeAttributesClassName"] = stringOrNull(n)
+	}
+	if o, n := old.ModifyVolumeStatus, newStatus.ModifyVolumeStatus; !modifyStatusEqual(o, n) {
+		if n == nil {
+			st["modifyVolumeStatus"] = nil
+		} else {
+			// Both keys, explicitly: a merge patch keeps a key it does not name, so an
+			// omitted (empty) target would leave the old one in place.
+			var target any
+			if n.TargetVolumeAttributesClassName != "" {
+				target = n.TargetVolumeAttributesClassName
+			}
+			st["modifyVolumeStatus"] = map[string]any{"targetVolumeAttributesClassName": target, "status": string(n.Status)}
+		}
+	}
+	return st
+}
+
+// VolumeAttributesClassPatch builds the merge patch setting a PV's
+// spec.volumeAttributesClassName to class, and reports whether it changes. An empty class is
+// an error: the apiserver refuses to remove a PV's class, and a modification always has a
+// target.
+func VolumeAttributesClassPatch(pv *v1.PersistentVolume, class string) ([]byte, bool, error) {
+	if class == "" {
+		return nil, false, fmt.Errorf("PV %s: no VolumeAttributesClass to set (a PV's class cannot be removed)", pv.Name)
+	}
+	if cur := pv.Spec.VolumeAttributesClassName; cur != nil && *cur == class {
 		return nil, false, nil
 	}
-	patch := map[string]any{}
-	if len(st) > 0 {
-		patch["status"] = st
-	}
-	meta := map[string]any{}
-	if len(ann) > 0 {
-		meta["annotations"] = ann
-	}
-	if guard {
-		meta["resourceVersion"] = pvc.ResourceVersion
-	}
-	if len(meta) > 0 {
-		patch["metadata"] = meta
-	}
-	b, err := json.Marshal(patch)
+	b, err := json.Marshal(map[string]any{"spec": map[string]any{"volumeAttributesClassName": class}})
 	return b, true, err
+}
+
+func stringPtrEqual(a, b *string) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
+// stringOrNull is *s, or nil (JSON null: remove the key) for a nil s.
+func stringOrNull(s *string) any {
+	if s == nil {
+		return nil
+	}
+	return *s
+}
+
+func modifyStatusEqual(a, b *v1.ModifyVolumeStatus) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
 }
 
 // annotationChanges is the merge patch of annotations for the wanted changes (nil value:

@@ -1,6 +1,6 @@
 // Package csitest is an in-process CSI driver for tests: the Identity, Controller and (optionally)
-// Node services on a real unix socket, with ControllerExpandVolume answers programmed per call
-// and a log of every call with its time.
+// Node services on a real unix socket, with ControllerExpandVolume and ControllerModifyVolume
+// answers programmed per call and a log of every call with its time.
 package csitest
 
 import (
@@ -25,6 +25,7 @@ const (
 	MethodGetPluginCapabilities     = "/csi.v1.Identity/GetPluginCapabilities"
 	MethodControllerGetCapabilities = "/csi.v1.Controller/ControllerGetCapabilities"
 	MethodControllerExpandVolume    = "/csi.v1.Controller/ControllerExpandVolume"
+	MethodControllerModifyVolume    = "/csi.v1.Controller/ControllerModifyVolume"
 	MethodNodeGetCapabilities       = "/csi.v1.Node/NodeGetCapabilities"
 )
 
@@ -36,6 +37,9 @@ type Options struct {
 	ControllerService bool
 	// ControllerExpand advertises the controller EXPAND_VOLUME capability.
 	ControllerExpand bool
+	// ControllerModify advertises the controller MODIFY_VOLUME capability and serves
+	// ControllerModifyVolume (otherwise the call is UNIMPLEMENTED).
+	ControllerModify bool
 	// SingleNodeMultiWriter advertises the controller SINGLE_NODE_MULTI_WRITER capability.
 	SingleNodeMultiWriter bool
 	// PluginExpansion is the plugin VolumeExpansion capability; UNKNOWN advertises none.
@@ -50,7 +54,8 @@ func ControllerDriver() Options {
 	return Options{ControllerService: true, ControllerExpand: true}
 }
 
-// Response is the programmed answer to one ControllerExpandVolume call.
+// Response is the programmed answer to one ControllerExpandVolume or ControllerModifyVolume
+// call (a modification uses only Code, Message and Delay).
 type Response struct {
 	// Code is the gRPC code; codes.OK answers with a ControllerExpandVolumeResponse.
 	Code    codes.Code
@@ -84,6 +89,14 @@ type ExpandCall struct {
 	Response Response
 }
 
+// ModifyCall is one ControllerModifyVolume call (volume id, mutable parameters, secrets) and the
+// answer it got.
+type ModifyCall struct {
+	At       time.Time
+	Request  *csi.ControllerModifyVolumeRequest
+	Response Response
+}
+
 // Server is a running fake driver.
 type Server struct {
 	opts Options
@@ -96,7 +109,10 @@ type Server struct {
 	def      Response
 	calls    []Call
 	expands  []ExpandCall
-	notifyCh chan struct{}
+	mqueue   []Response
+	mdef     Response
+	modifies []ModifyCall
+	notifyCh chan struct{} // closed and replaced at every expand or modify call
 }
 
 // Start serves a driver on a new unix socket until the test ends.
@@ -111,7 +127,7 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{opts: opts, dir: dir, path: filepath.Join(dir, "csi.sock"), def: Granted, notifyCh: make(chan struct{})}
+	s := &Server{opts: opts, dir: dir, path: filepath.Join(dir, "csi.sock"), def: Granted, mdef: Response{Code: codes.OK}, notifyCh: make(chan struct{})}
 	lis, err := net.Listen("unix", s.path)
 	if err != nil {
 		_ = os.RemoveAll(dir)
@@ -148,6 +164,22 @@ func (s *Server) Queue(rs ...Response) {
 func (s *Server) SetDefault(r Response) {
 	s.mu.Lock()
 	s.def = r
+	s.mu.Unlock()
+}
+
+// QueueModify programs the answers of the next ControllerModifyVolume calls, one per call in
+// order.
+func (s *Server) QueueModify(rs ...Response) {
+	s.mu.Lock()
+	s.mqueue = append(s.mqueue, rs...)
+	s.mu.Unlock()
+}
+
+// SetModifyDefault sets the ControllerModifyVolume answer used when its queue is empty (OK at
+// start).
+func (s *Server) SetModifyDefault(r Response) {
+	s.mu.Lock()
+	s.mdef = r
 	s.mu.Unlock()
 }
 
@@ -197,6 +229,34 @@ func (s *Server) WaitForExpandCalls(t testing.TB, n int, timeout time.Duration) 
 	}
 }
 
+// ModifyCalls returns the ControllerModifyVolume calls so far.
+func (s *Server) ModifyCalls() []ModifyCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]ModifyCall(nil), s.modifies...)
+}
+
+// WaitForModifyCalls waits until at least n ControllerModifyVolume calls were made, and fails
+// the test when that does not happen within timeout.
+func (s *Server) WaitForModifyCalls(t testing.TB, n int, timeout time.Duration) []ModifyCall {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		calls, ch := append([]ModifyCall(nil), s.modifies...), s.notifyCh
+		s.mu.Unlock()
+		if len(calls) >= n {
+			return calls
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("waited %s for %d ControllerModifyVolume calls, got %d", timeout, n, len(calls))
+		}
+	}
+}
+
 func (s *Server) log(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	s.mu.Lock()
 	s.calls = append(s.calls, Call{Method: info.FullMethod, At: time.Now()})
@@ -215,23 +275,48 @@ func (s *Server) expand(ctx context.Context, req *csi.ControllerExpandVolumeRequ
 	s.notifyCh = make(chan struct{})
 	s.mu.Unlock()
 
-	if r.Delay > 0 {
-		t := time.NewTimer(r.Delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-	}
-	if r.Code != codes.OK {
-		return nil, status.Error(r.Code, r.Message)
+	if err := answer(ctx, r); err != nil {
+		return nil, err
 	}
 	capacity := r.Capacity
 	if r.Grant {
 		capacity = req.GetCapacityRange().GetRequiredBytes()
 	}
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: capacity, NodeExpansionRequired: r.NodeExpansionRequired}, nil
+}
+
+func (s *Server) modify(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	s.mu.Lock()
+	r := s.mdef
+	if len(s.mqueue) > 0 {
+		r, s.mqueue = s.mqueue[0], s.mqueue[1:]
+	}
+	s.modifies = append(s.modifies, ModifyCall{At: time.Now(), Request: req, Response: r})
+	close(s.notifyCh)
+	s.notifyCh = make(chan struct{})
+	s.mu.Unlock()
+
+	if err := answer(ctx, r); err != nil {
+		return nil, err
+	}
+	return &csi.ControllerModifyVolumeResponse{}, nil
+}
+
+// answer waits r.Delay (cut short when the caller gives up) and returns r's error, if any.
+func answer(ctx context.Context, r Response) error {
+	if r.Delay > 0 {
+		t := time.NewTimer(r.Delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	if r.Code != codes.OK {
+		return status.Error(r.Code, r.Message)
+	}
+	return nil
 }
 
 type identity struct {
@@ -276,6 +361,9 @@ func (c controller) ControllerGetCapabilities(context.Context, *csi.ControllerGe
 	if c.s.opts.SingleNodeMultiWriter {
 		caps = append(caps, rpc(csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER))
 	}
+	if c.s.opts.ControllerModify {
+		caps = append(caps, rpc(csi.ControllerServiceCapability_RPC_MODIFY_VOLUME))
+	}
 	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
 }
 
@@ -284,6 +372,13 @@ func (c controller) ControllerExpandVolume(ctx context.Context, req *csi.Control
 		return nil, status.Error(codes.Unimplemented, "ControllerExpandVolume is not supported")
 	}
 	return c.s.expand(ctx, req)
+}
+
+func (c controller) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	if !c.s.opts.ControllerModify {
+		return nil, status.Error(codes.Unimplemented, "ControllerModifyVolume is not supported")
+	}
+	return c.s.modify(ctx, req)
 }
 
 type node struct {

@@ -55,6 +55,13 @@ type MockDriverOptions struct {
 	OfflineExpansion bool
 	// DisableAttach: no PUBLISH_UNPUBLISH_VOLUME capability.
 	DisableAttach bool
+	// ModifyVolume: controller MODIFY_VOLUME advertised and
+	// ControllerModifyVolume served (otherwise it answers UNIMPLEMENTED).
+	ModifyVolume bool
+	// ModifyOnly: a driver that modifies volumes but cannot expand them, on
+	// the controller or the node (implies ModifyVolume; NodeOnly and
+	// NodeExpansionRequired are then ignored).
+	ModifyOnly bool
 	// Faults are in place before the first call.
 	Faults []Fault
 	// ExtraArgs go to the mock-csi-driver command line.
@@ -104,11 +111,12 @@ func StartMockDriver(t testing.TB, opts MockDriverOptions) *Driver {
 		"--faults-file=" + d.faultsFile,
 		"--calls-log=" + d.callsLog,
 		"--state-file=" + filepath.Join(dir, "state.jsonl"),
-		fmt.Sprintf("--controller-expansion=%v", !opts.NodeOnly),
-		fmt.Sprintf("--node-expansion=%v", opts.NodeOnly || opts.NodeExpansionRequired),
-		fmt.Sprintf("--node-expansion-required=%v", opts.NodeExpansionRequired),
+		fmt.Sprintf("--controller-expansion=%v", !opts.NodeOnly && !opts.ModifyOnly),
+		fmt.Sprintf("--node-expansion=%v", (opts.NodeOnly || opts.NodeExpansionRequired) && !opts.ModifyOnly),
+		fmt.Sprintf("--node-expansion-required=%v", opts.NodeExpansionRequired && !opts.ModifyOnly),
 		fmt.Sprintf("--offline-expansion=%v", opts.OfflineExpansion),
 		fmt.Sprintf("--disable-attach=%v", opts.DisableAttach),
+		fmt.Sprintf("--modify-volume=%v", opts.ModifyVolume || opts.ModifyOnly),
 	}
 	d.Process = StartProcess(t, "mock-csi-driver", Bin(t, "mock-csi-driver"), append(args, opts.ExtraArgs...)...)
 	d.waitReady(t)
@@ -416,6 +424,10 @@ type Fault struct {
 	MinRequiredBytes int64
 	// VolumeID: only calls for this volume.
 	VolumeID string
+	// MutableParameter: "key" or "key=value"; only ControllerModifyVolume
+	// calls whose mutable parameters have it (e.g. one class's parameter,
+	// to make that class infeasible).
+	MutableParameter string
 }
 
 // faultJSON is the mock driver's fault-file format (see
@@ -428,6 +440,7 @@ type faultJSON struct {
 	Delay            string `json:"delay,omitempty"`
 	MinRequiredBytes int64  `json:"minRequiredBytes,omitempty"`
 	VolumeID         string `json:"volumeId,omitempty"`
+	MutableParameter string `json:"mutableParameter,omitempty"`
 }
 
 func marshalFaults(faults []Fault) ([]byte, error) {
@@ -435,7 +448,7 @@ func marshalFaults(faults []Fault) ([]byte, error) {
 	for _, f := range faults {
 		fj := faultJSON{
 			Method: f.Method, Code: uint32(f.Code), Message: f.Message, Times: f.Times,
-			MinRequiredBytes: f.MinRequiredBytes, VolumeID: f.VolumeID,
+			MinRequiredBytes: f.MinRequiredBytes, VolumeID: f.VolumeID, MutableParameter: f.MutableParameter,
 		}
 		if f.Delay > 0 {
 			fj.Delay = f.Delay.String()
@@ -489,9 +502,11 @@ type Call struct {
 	VolumeID      string     `json:"volumeId"`
 	RequiredBytes int64      `json:"requiredBytes"` // capacity_range.required_bytes
 	// CapacityBytes and NodeExpansionRequired are from the response.
-	CapacityBytes         int64           `json:"capacityBytes"`
-	NodeExpansionRequired bool            `json:"nodeExpansionRequired"`
-	Request               json.RawMessage `json:"request"` // the request as protojson
+	CapacityBytes         int64 `json:"capacityBytes"`
+	NodeExpansionRequired bool  `json:"nodeExpansionRequired"`
+	// MutableParameters of a ControllerModifyVolume call.
+	MutableParameters map[string]string `json:"mutableParameters"`
+	Request           json.RawMessage   `json:"request"` // the request as protojson
 }
 
 // End is when the driver answered the call.
@@ -515,6 +530,19 @@ func (d *Driver) VolumeCalls(t testing.TB, vol string) []Call {
 	var out []Call
 	for _, c := range d.Calls(t, "ControllerExpandVolume") {
 		if c.VolumeID == vol {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ModifyCalls returns the mock driver's ControllerModifyVolume calls for volume id vol
+// ("" = every volume), oldest first.
+func (d *Driver) ModifyCalls(t testing.TB, vol string) []Call {
+	t.Helper()
+	var out []Call
+	for _, c := range d.Calls(t, "ControllerModifyVolume") {
+		if vol == "" || c.VolumeID == vol {
 			out = append(out, c)
 		}
 	}

@@ -36,6 +36,7 @@ func TestMarshalFaults(t *testing.T) {
 	b, err := marshalFaults([]Fault{
 		{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: "m", Times: 2, Delay: 1500 * time.Millisecond, MinRequiredBytes: 10},
 		{Method: "Probe"},
+		{Method: "ControllerModifyVolume", Code: codes.InvalidArgument, MutableParameter: "iops=99999"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -44,9 +45,12 @@ func TestMarshalFaults(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0]["code"] != float64(codes.OutOfRange) || got[0]["delay"] != "1.5s" ||
+	if len(got) != 3 || got[2]["mutableParameter"] != "iops=99999" || got[0]["code"] != float64(codes.OutOfRange) || got[0]["delay"] != "1.5s" ||
 		got[0]["times"] != float64(2) || got[0]["minRequiredBytes"] != float64(10) {
 		t.Fatalf("unexpected fault file: %s", b)
+	}
+	if _, has := got[0]["mutableParameter"]; has {
+		t.Errorf("empty mutableParameter must be omitted (it would match no expansion call): %s", b)
 	}
 	if _, hasCode := got[1]["code"]; hasCode {
 		t.Errorf("OK code must be omitted (no error): %s", b)
@@ -58,6 +62,7 @@ func TestReadCalls(t *testing.T) {
 	log := `{"method":"ControllerExpandVolume","code":"OUT_OF_RANGE","injected":true,"volumeId":"4","requiredBytes":5}
 {"method":"Probe","code":"OK"}
 {"method":"ControllerExpandVolume","code":"OK","volumeId":"4","requiredBytes":3,"capacityBytes":3}
+{"method":"ControllerModifyVolume","code":"OK","volumeId":"4","mutableParameters":{"iops":"3000"}}
 {"method":"ControllerExp`
 	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
 		t.Fatal(err)
@@ -69,7 +74,10 @@ func TestReadCalls(t *testing.T) {
 	if len(calls) != 2 || calls[0].Code != codes.OutOfRange || !calls[0].Injected || calls[1].Code != codes.OK || calls[1].CapacityBytes != 3 {
 		t.Fatalf("calls: %+v", calls)
 	}
-	if all, _ := readCalls(path, ""); len(all) != 3 {
+	if m, _ := readCalls(path, "ControllerModifyVolume"); len(m) != 1 || m[0].MutableParameters["iops"] != "3000" {
+		t.Fatalf("modify calls: %+v", m)
+	}
+	if all, _ := readCalls(path, ""); len(all) != 4 {
 		t.Fatalf("all calls: %+v", all)
 	}
 	if none, err := readCalls(filepath.Join(t.TempDir(), "missing"), ""); err != nil || len(none) != 0 {

@@ -21,7 +21,8 @@ import (
 //		[
 //		  {"method": "ControllerExpandVolume", "code": "OUT_OF_RANGE",
 //		   "message": "too big", "times": 0, "delay": "0s",
-//		   "minRequiredBytes": 10737418240, "volumeId": ""}
+//		   "minRequiredBytes": 10737418240, "volumeId": "",
+//		   "mutableParameter": ""}
 //		]
 //
 //	  - method: suffix of the gRPC method name ("ControllerExpandVolume",
@@ -36,6 +37,9 @@ import (
 //	  - minRequiredBytes: only calls whose capacity_range.required_bytes is >=
 //	    this match (so only too-large sizes are infeasible).
 //	  - volumeId: only calls for this volume id match.
+//	  - mutableParameter: "key" or "key=value": only ControllerModifyVolume
+//	    calls whose mutable_parameters have that key (with that value) match,
+//	    so a test can make one VolumeAttributesClass infeasible.
 type ruleJSON struct {
 	Method           string          `json:"method"`
 	Code             json.RawMessage `json:"code,omitempty"`
@@ -44,6 +48,7 @@ type ruleJSON struct {
 	Delay            string          `json:"delay,omitempty"`
 	MinRequiredBytes int64           `json:"minRequiredBytes,omitempty"`
 	VolumeID         string          `json:"volumeId,omitempty"`
+	MutableParameter string          `json:"mutableParameter,omitempty"`
 }
 
 type rule struct {
@@ -101,6 +106,9 @@ func (f *faultSet) match(method string, req any) (*rule, error) {
 		if r.VolumeID != "" && r.VolumeID != volID {
 			continue
 		}
+		if r.MutableParameter != "" && !hasMutableParameter(req, r.MutableParameter) {
+			continue
+		}
 		f.used[i]++
 		matched := *r
 		return &matched, nil
@@ -129,6 +137,9 @@ func parseRules(data []byte) ([]rule, error) {
 			if r.delay, err = time.ParseDuration(rj.Delay); err != nil {
 				return nil, fmt.Errorf("rule %d: delay: %w", i, err)
 			}
+		}
+		if k, _, _ := strings.Cut(rj.MutableParameter, "="); rj.MutableParameter != "" && k == "" {
+			return nil, fmt.Errorf("rule %d: mutableParameter %q has no key (want \"key\" or \"key=value\")", i, rj.MutableParameter)
 		}
 		if rj.Times < 0 {
 			return nil, fmt.Errorf("rule %d: times must be >= 0", i)
@@ -216,4 +227,17 @@ func requestFields(req any) (volumeID string, requiredBytes int64, hasRequired b
 		return r.GetVolumeId(), 0, false
 	}
 	return "", 0, false
+}
+
+// hasMutableParameter reports whether req is a ControllerModifyVolume call
+// whose mutable_parameters have spec's key ("key") or key and value
+// ("key=value").
+func hasMutableParameter(req any, spec string) bool {
+	r, ok := req.(*csi.ControllerModifyVolumeRequest)
+	if !ok {
+		return false
+	}
+	key, value, withValue := strings.Cut(spec, "=")
+	got, found := r.GetMutableParameters()[key]
+	return found && (!withValue || got == value)
 }

@@ -66,3 +66,42 @@ func TestFaultMatching(t *testing.T) {
 		t.Fatal("unknown field accepted")
 	}
 }
+
+func TestFaultMutableParameter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "faults.json")
+	if err := os.WriteFile(path, []byte(`[
+	  {"method":"ControllerModifyVolume","code":"INVALID_ARGUMENT","mutableParameter":"iops=99999"},
+	  {"code":"INTERNAL","mutableParameter":"tier"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := &faultSet{path: path}
+	modify := func(params map[string]string) *csi.ControllerModifyVolumeRequest {
+		return &csi.ControllerModifyVolumeRequest{VolumeId: "1", MutableParameters: params}
+	}
+	for _, tc := range []struct {
+		name   string
+		method string
+		req    any
+		want   codes.Code // OK = no rule
+	}{
+		{"key and value", "ControllerModifyVolume", modify(map[string]string{"iops": "99999"}), codes.InvalidArgument},
+		{"other value", "ControllerModifyVolume", modify(map[string]string{"iops": "3000"}), codes.OK},
+		{"key only", "ControllerModifyVolume", modify(map[string]string{"tier": "gold"}), codes.Internal},
+		{"no parameters", "ControllerModifyVolume", modify(nil), codes.OK},
+		{"not a modify call", "ControllerExpandVolume", &csi.ControllerExpandVolumeRequest{VolumeId: "1"}, codes.OK},
+	} {
+		r, err := f.match(tc.method, tc.req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		switch {
+		case tc.want == codes.OK && r != nil:
+			t.Errorf("%s: rule %+v matched, want none", tc.name, r.ruleJSON)
+		case tc.want != codes.OK && (r == nil || r.code != tc.want):
+			t.Errorf("%s: got %+v, want a rule with %v", tc.name, r, tc.want)
+		}
+	}
+	if _, err := parseRules([]byte(`[{"mutableParameter":"=x"}]`)); err == nil {
+		t.Error("mutableParameter without a key accepted")
+	}
+}

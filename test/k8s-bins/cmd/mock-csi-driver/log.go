@@ -20,17 +20,18 @@ import (
 // callEntry is one line of the calls log. The test framework parses it
 // (test/framework.Call); keep the two in step.
 type callEntry struct {
-	Method                string          `json:"method"`
-	Time                  time.Time       `json:"time"`
-	DurationMs            float64         `json:"durationMs"`
-	Code                  string          `json:"code"`
-	Message               string          `json:"message,omitempty"`
-	Injected              bool            `json:"injected,omitempty"`
-	VolumeID              string          `json:"volumeId,omitempty"`
-	RequiredBytes         int64           `json:"requiredBytes,omitempty"`
-	CapacityBytes         int64           `json:"capacityBytes,omitempty"`
-	NodeExpansionRequired bool            `json:"nodeExpansionRequired,omitempty"`
-	Request               json.RawMessage `json:"request,omitempty"`
+	Method                string            `json:"method"`
+	Time                  time.Time         `json:"time"`
+	DurationMs            float64           `json:"durationMs"`
+	Code                  string            `json:"code"`
+	Message               string            `json:"message,omitempty"`
+	Injected              bool              `json:"injected,omitempty"`
+	VolumeID              string            `json:"volumeId,omitempty"`
+	RequiredBytes         int64             `json:"requiredBytes,omitempty"`
+	CapacityBytes         int64             `json:"capacityBytes,omitempty"`
+	NodeExpansionRequired bool              `json:"nodeExpansionRequired,omitempty"`
+	MutableParameters     map[string]string `json:"mutableParameters,omitempty"`
+	Request               json.RawMessage   `json:"request,omitempty"`
 }
 
 var logMu sync.Mutex
@@ -49,6 +50,9 @@ func (w *wrapper) logCall(method string, start time.Time, req, resp any, err err
 		Injected:   injected,
 	}
 	e.VolumeID, e.RequiredBytes, _ = requestFields(req)
+	if r, ok := req.(*csi.ControllerModifyVolumeRequest); ok {
+		e.MutableParameters = r.GetMutableParameters()
+	}
 	switch r := resp.(type) {
 	case *csi.ControllerExpandVolumeResponse:
 		e.CapacityBytes, e.NodeExpansionRequired = r.GetCapacityBytes(), r.GetNodeExpansionRequired()

@@ -16,7 +16,15 @@
 //     volumes it created (the mock keeps them only in memory);
 //   - switches for the expansion shapes of real drivers: controller expansion
 //     off (with node expansion on: a "node-only" driver), node expansion
-//     required in the ControllerExpandVolume response, offline-only expansion.
+//     required in the ControllerExpandVolume response, offline-only expansion;
+//   - a switch for ControllerModifyVolume (--modify-volume): the mock always
+//     advertises MODIFY_VOLUME and answers OK, which would make every driver
+//     of the tests a modifying one. With the switch off the capability is
+//     hidden and the call is UNIMPLEMENTED; with it on an unknown volume id is
+//     NOT_FOUND, as real drivers answer. With --controller-expansion=false
+//     --node-expansion=false --modify-volume it is a modify-only driver (the
+//     plugin VolumeExpansion capability, which the mock always advertises, is
+//     then hidden too).
 package main
 
 import (
@@ -52,6 +60,7 @@ type options struct {
 	nodeExpansionRequired bool
 	offlineExpansion      bool
 	disableAttach         bool
+	modifyVolume          bool
 }
 
 func main() {
@@ -66,6 +75,7 @@ func main() {
 	flag.BoolVar(&o.nodeExpansionRequired, "node-expansion-required", false, "ControllerExpandVolume answers node_expansion_required=true (implies --node-expansion)")
 	flag.BoolVar(&o.offlineExpansion, "offline-expansion", false, "advertise VolumeExpansion OFFLINE and fail ControllerExpandVolume with FAILED_PRECONDITION while the volume is controller-published")
 	flag.BoolVar(&o.disableAttach, "disable-attach", false, "do not advertise PUBLISH_UNPUBLISH_VOLUME")
+	flag.BoolVar(&o.modifyVolume, "modify-volume", false, "advertise controller MODIFY_VOLUME and serve ControllerModifyVolume (false: the capability is hidden and the call returns UNIMPLEMENTED)")
 	flag.Parse()
 
 	if err := run(o); err != nil {
@@ -140,8 +150,8 @@ func run(o options) error {
 		srv.Stop()
 	}()
 
-	fmt.Fprintf(os.Stderr, "mock-csi-driver: serving %s as %q (controller-expansion=%v node-expansion=%v node-expansion-required=%v offline-expansion=%v)\n",
-		o.endpoint, o.name, o.controllerExpansion, o.nodeExpansion || o.nodeExpansionRequired, o.nodeExpansionRequired, o.offlineExpansion)
+	fmt.Fprintf(os.Stderr, "mock-csi-driver: serving %s as %q (controller-expansion=%v node-expansion=%v node-expansion-required=%v offline-expansion=%v modify-volume=%v)\n",
+		o.endpoint, o.name, o.controllerExpansion, o.nodeExpansion || o.nodeExpansionRequired, o.nodeExpansionRequired, o.offlineExpansion, o.modifyVolume)
 	err = srv.Serve(lis)
 	_ = os.Remove(sockPath)
 	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -191,6 +201,8 @@ func (w *wrapper) intercept(ctx context.Context, req any, info *grpc.UnaryServer
 		// The mock serves the call even when it does not advertise the
 		// capability; a real node-only driver would not.
 		err = status.Error(codes.Unimplemented, "controller expansion is not supported by this driver")
+	case method == "ControllerModifyVolume":
+		resp, err = w.modifyVolume(ctx, req.(*csi.ControllerModifyVolumeRequest), handler)
 	default:
 		resp, err = w.callService(ctx, method, req, handler)
 	}
@@ -199,6 +211,14 @@ func (w *wrapper) intercept(ctx context.Context, req any, info *grpc.UnaryServer
 		switch r := resp.(type) {
 		case *csi.ControllerExpandVolumeResponse:
 			r.NodeExpansionRequired = w.opts.nodeExpansionRequired
+		case *csi.ControllerGetCapabilitiesResponse:
+			if !w.opts.modifyVolume {
+				r.Capabilities = withoutModify(r.Capabilities)
+			}
+		case *csi.GetPluginCapabilitiesResponse:
+			if w.opts.noExpansion() {
+				r.Capabilities = withoutVolumeExpansion(r.Capabilities)
+			}
 		}
 		w.record(method, req)
 	}
@@ -241,4 +261,47 @@ func afterVolumeCall(method string, req any) {
 			service.MockVolumes[r.GetVolumeId()] = v
 		}
 	}
+}
+
+// modifyVolume serves ControllerModifyVolume. The mock's own handler answers OK
+// for anything, even a volume it never created; a real driver answers
+// NOT_FOUND, and a driver without MODIFY_VOLUME answers UNIMPLEMENTED.
+func (w *wrapper) modifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest, handler grpc.UnaryHandler) (any, error) {
+	if !w.opts.modifyVolume {
+		return nil, status.Error(codes.Unimplemented, "volume modification is not supported by this driver (start it with --modify-volume)")
+	}
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume id is required")
+	}
+	if _, err := w.svc.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: req.GetVolumeId()}); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// noExpansion: no expansion switch is on, the driver cannot expand at all.
+func (o options) noExpansion() bool {
+	return !o.controllerExpansion && !o.nodeExpansion && !o.nodeExpansionRequired && !o.offlineExpansion
+}
+
+// withoutVolumeExpansion drops the plugin VolumeExpansion capability.
+func withoutVolumeExpansion(caps []*csi.PluginCapability) []*csi.PluginCapability {
+	out := caps[:0:0]
+	for _, c := range caps {
+		if c.GetVolumeExpansion() == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// withoutModify drops MODIFY_VOLUME from controller capabilities.
+func withoutModify(caps []*csi.ControllerServiceCapability) []*csi.ControllerServiceCapability {
+	out := caps[:0:0]
+	for _, c := range caps {
+		if c.GetRpc().GetType() != csi.ControllerServiceCapability_RPC_MODIFY_VOLUME {
+			out = append(out, c)
+		}
+	}
+	return out
 }
