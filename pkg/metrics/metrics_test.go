@@ -425,3 +425,18 @@ func gaugeSeries(t *testing.T, reg metrics.KubeRegistry, names ...string) []stri
 	}
 	return out
 }
+
+// NewClaimState reads the resize state and the modifyVolumeStatus the collector needs.
+func TestNewClaimState(t *testing.T) {
+	pvc := &v1.PersistentVolumeClaim{}
+	pvc.Namespace, pvc.Name = "db", "data"
+	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
+	if got, want := NewClaimState(pvc), (ClaimState{Namespace: "db", Name: "data", State: v1.PersistentVolumeClaimNodeResizePending}); got != want {
+		t.Errorf("without modifyVolumeStatus: %+v, want %+v", got, want)
+	}
+	pvc.Status.ModifyVolumeStatus = &v1.ModifyVolumeStatus{Status: v1.PersistentVolumeClaimModifyVolumeInfeasible, TargetVolumeAttributesClassName: "gold"}
+	got := NewClaimState(pvc)
+	if got.ModifyStatus != v1.PersistentVolumeClaimModifyVolumeInfeasible || got.ModifyTarget != "gold" || got.State != v1.PersistentVolumeClaimNodeResizePending {
+		t.Errorf("with modifyVolumeStatus Infeasible/gold: %+v", got)
+	}
+}
