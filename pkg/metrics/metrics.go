@@ -152,15 +152,6 @@ func NewRecorder(driver string) *Recorder {
 // 30 ordered pairs of the 6 states; for modification 3 results and 17 codes.
 func (r *Recorder) Register(reg metrics.KubeRegistry) {
 	reg.MustRegister(r.recoveries, r.errors, r.transitions, r.duration)
-	reg.MustRegister(r.modifications, r.modifyErrors, r.modifyDuration)
-	for _, res := range modifyResults {
-		r.modifications.WithLabelValues(r.driver, res)
-		r.modifyDuration.WithLabelValues(r.driver, res)
-	}
-	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
-		r.modifyErrors.WithLabelValues(r.driver, c.String(), string(modifyErrorClass(c)))
-	}
-	r.modifyErrors.WithLabelValues(r.driver, resize.ReasonUncertain, string(resize.ClassTransient))
 	for _, res := range []string{ResultSuccess, ResultFailure} {
 		r.recoveries.WithLabelValues(r.driver, res)
 		r.duration.WithLabelValues(r.driver, res)
@@ -176,6 +167,22 @@ func (r *Recorder) Register(reg metrics.KubeRegistry) {
 			}
 		}
 	}
+	r.registerModify(reg)
+}
+
+// registerModify adds the modification metrics to reg, every result and code at 0 (a driver
+// without MODIFY_VOLUME exports them too, so that dashboards and rules see the same series
+// everywhere).
+func (r *Recorder) registerModify(reg metrics.KubeRegistry) {
+	reg.MustRegister(r.modifications, r.modifyErrors, r.modifyDuration)
+	for _, res := range modifyResults {
+		r.modifications.WithLabelValues(r.driver, res)
+		r.modifyDuration.WithLabelValues(r.driver, res)
+	}
+	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
+		r.modifyErrors.WithLabelValues(r.driver, c.String(), string(modifyErrorClass(c)))
+	}
+	r.modifyErrors.WithLabelValues(r.driver, resize.ReasonUncertain, string(resize.ClassTransient))
 }
 
 // Recovery counts one recovery by outcome.
