@@ -133,6 +133,14 @@ func TestPrometheusScrapesInfeasibleRecovery(t *testing.T) {
 		`driver_name_state:csi_resizer_volume_recovery:rate5m{state="success"}`,
 		`driver_name_state:csi_resizer_volumes:max{state="none"}`,
 		`driver_name_grpc_code_class:csi_resizer_controller_expand_errors:rate5m{class="infeasible", grpc_code="OutOfRange"}`,
+		// The modification series exist at 0 before any modification, in the sidecar (the
+		// three statuses, the codes with their class) and through the recording rules, so
+		// rate() and the dashboard see the first one.
+		`csi_resizer_modify_volumes{status="Infeasible"} == 0`,
+		`driver_name_status:csi_resizer_modify_volumes:max{status="Pending"} == 0`,
+		`csi_resizer_controller_modify_errors_total{grpc_code="InvalidArgument", class="infeasible"} == 0`,
+		`driver_name_grpc_code_class:csi_resizer_controller_modify_errors:rate5m{grpc_code="Unavailable", class="transient"} == 0`,
+		`driver_name_result:csi_resizer_volume_modifications:rate5m{result="cancelled"} == 0`,
 	} {
 		prom.WaitQuery(t, promTimeout, expr, "one series of the driver",
 			func(res []promSample) bool { return len(res) == 1 && res[0].Metric["driver_name"] == e.Driver.Name })
