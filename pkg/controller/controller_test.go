@@ -395,9 +395,6 @@ func TestIgnoresOtherClaims(t *testing.T) {
 	if n, w := f.driver.count(), f.writes(); n != 0 || len(w) != 0 {
 		t.Errorf("%d calls, writes %v; want none", n, w)
 	}
-	if states := f.ctrl.ClaimStates(); states != nil {
-		t.Errorf("claim states %v before the informers synced, want nil", states)
-	}
 }
 
 // TestExpandSecret: the controller-expand secret of the PV goes to the driver.

@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/metrics"
 
+	"github.com/csi-resizer/csi-resizer/pkg/modify"
 	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
@@ -180,7 +181,7 @@ func (r *Recorder) registerModify(reg metrics.KubeRegistry) {
 		r.modifyDuration.WithLabelValues(r.driver, res)
 	}
 	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
-		r.modifyErrors.WithLabelValues(r.driver, c.String(), string(modifyErrorClass(c)))
+		r.modifyErrors.WithLabelValues(r.driver, c.String(), string(modify.ClassifyCode(c)))
 	}
 	r.modifyErrors.WithLabelValues(r.driver, resize.ReasonUncertain, string(resize.ClassTransient))
 }
@@ -232,20 +233,6 @@ func (r *Recorder) ModificationDone(result string, d time.Duration) {
 // (it began before this process did): the counter has it, the duration histogram does not.
 func (r *Recorder) ModificationEnded(result string) {
 	r.modifications.WithLabelValues(r.driver, result).Inc()
-}
-
-// modifyErrorClass classifies a ControllerModifyVolume error code for the series Register
-// creates at 0. It mirrors docs/design.md §2.11 rule 6 (the controller classifies with the
-// same rule and passes the class to ModifyError): INVALID_ARGUMENT is the driver refusing the
-// class's parameters; the codes that leave the outcome unknown are transient; the rest final.
-func modifyErrorClass(c codes.Code) resize.ErrorClass {
-	switch c {
-	case codes.InvalidArgument:
-		return resize.ClassInfeasible
-	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
-		return resize.ClassTransient
-	}
-	return resize.ClassFinal
 }
 
 // ClaimState is one PVC of the driver as the state collector sees it.

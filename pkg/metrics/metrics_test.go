@@ -252,7 +252,7 @@ func histogram(t *testing.T, reg metrics.KubeRegistry, name string) (map[string]
 }
 
 // Every modification result and ControllerModifyVolume error code is exported at 0 from the
-// start, each code with its class for modification (docs/design.md §2.11 rule 6), which is not
+// start, each code with its class for modification (docs/design.md §2.11 rule 16), which is not
 // expansion's: OutOfRange and NotFound are final here, only InvalidArgument is infeasible.
 func TestModifyOutcomesAndCodesStartAtZero(t *testing.T) {
 	_, reg := newRegistry(t, func() []ClaimState { return nil })

@@ -100,24 +100,28 @@ func (o *ModifyObserver) Infeasible(key string) {
 	}
 }
 
-// Succeeded is told that the driver modified the volume and the PVC records the new class.
-func (o *ModifyObserver) Succeeded(key string) { o.end(key, ModifySuccess) }
+// Succeeded is told that the driver modified the volume and the PVC records the new class. It
+// returns how long the modification took (0 when its start is not known), for the event.
+func (o *ModifyObserver) Succeeded(key string) time.Duration { return o.end(key, ModifySuccess) }
 
 // Cancelled is told that a Pending or Infeasible modification was rolled back.
 func (o *ModifyObserver) Cancelled(key string) { o.end(key, ModifyCancelled) }
 
 // end counts the result of the PVC's modification and drops its episode. Without an episode
-// (none was begun in this process) the result is counted and its duration is not.
-func (o *ModifyObserver) end(key, result string) {
+// (none was begun in this process) the result is counted and its duration is not. It returns
+// the duration, 0 when not known.
+func (o *ModifyObserver) end(key, result string) time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ep := o.episodes[key]
 	delete(o.episodes, key)
 	if ep == nil {
 		o.metrics.ModificationEnded(result)
-		return
+		return 0
 	}
-	o.metrics.ModificationDone(result, o.elapsed(ep.since))
+	took := o.elapsed(ep.since)
+	o.metrics.ModificationDone(result, took)
+	return took
 }
 
 // Forget drops the episode without an outcome: the PVC was deleted (the user's decision, not

@@ -45,8 +45,11 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *v1.PersistentV
 	}); err != nil {
 		return 0, err
 	}
-	took := c.obs.Succeeded(key)
-	c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventModifySuccessful, "volume modified to VolumeAttributesClass %s in %s", plan.Target, took)
+	msg := "volume modified to VolumeAttributesClass " + plan.Target
+	if took := c.obs.Succeeded(key); took > 0 {
+		msg += " in " + took.String()
+	}
+	c.cfg.Recorder.Event(pvc, v1.EventTypeNormal, EventModifySuccessful, msg)
 	return 0, nil
 }
 
