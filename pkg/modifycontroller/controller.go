@@ -149,6 +149,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	pv, ok := binding.VolumeOf(c.pvLister, c.cfg.Driver.Name, pvc)
 	o := modify.Observe(pvc)
 	if !ok || !o.Wants() {
+		c.obs.Forget(key) // a modification that ended without this process seeing how
 		return 0, nil
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(pvc), "pv", klog.KObj(pv))
