@@ -101,7 +101,7 @@ else
 	$(HOSTPATH_MODIFY_E2E)
 endif
 
-demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery
+demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery, a VolumeAttributesClass change and a refused one rolled back
 	bash hack/demo.sh
 
 bench: ## benchmarks on the real control plane, side by side with UPSTREAM_RESIZER when set (not part of CI pass/fail); writes a table and JSON
