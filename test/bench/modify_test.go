@@ -73,6 +73,9 @@ type ModifyRun struct {
 	CSICallsPerAttempt float64        `json:"csiCallsPerAttempt"`
 	// Infeasible is the refused class and its rollback on one PVC.
 	Infeasible ModifyInfeasible `json:"infeasible"`
+	// ModifyMetrics are the metric names on the resizer's /metrics that are about
+	// modifications (name contains "modif"), scraped while the PVC is Infeasible.
+	ModifyMetrics []string `json:"modifyMetrics"`
 }
 
 // ModifyInfeasible is one PVC moved to a class the driver refuses, observed over a window,
@@ -191,7 +194,7 @@ func runModify(b *testing.B, bin binary, n int) ModifyRun {
 	r.EventWritesPerModify = per(r.Requests.EventWrites)
 	w.stop()
 
-	r.Infeasible = runModifyInfeasible(b, e, client, pairs[0].PVC, ids[0], retryMax, window)
+	r.Infeasible, r.ModifyMetrics = runModifyInfeasible(b, e, p, client, pairs[0].PVC, ids[0], retryMax, window)
 	b.Logf("%s: %d PVCs modified in %.1fs; per modification %.2f reads, %.2f writes (%.2f PVC status, %.2f PV, %.2f other), %.2f event writes; CSI %v (%.2f per attempt); detail %v; infeasible: %+v",
 		bin.Label, n, r.AllDoneSeconds, r.ReadsPerModify, r.NonEventWritesPerModify, r.PVCStatusPerModify, r.PVPerModify, r.OtherWritesPerModify,
 		r.EventWritesPerModify, r.CSICalls, r.CSICallsPerAttempt, r.Requests.Detail, r.Infeasible)
@@ -203,7 +206,7 @@ func runModify(b *testing.B, bin binary, n int) ModifyRun {
 
 // runModifyInfeasible moves one PVC to the refused class, counts the calls over window, then
 // sets it back to the class it has and waits for the modification to be cancelled.
-func runModifyInfeasible(b *testing.B, e *scenario.Env, client kubernetes.Interface, pvc, vol string, retryMax, window time.Duration) ModifyInfeasible {
+func runModifyInfeasible(b *testing.B, e *scenario.Env, p *framework.Process, client kubernetes.Interface, pvc, vol string, retryMax, window time.Duration) (ModifyInfeasible, []string) {
 	ctx := e.Ctx
 	r := ModifyInfeasible{RetryIntervalMax: retryMax.Seconds(), WindowSeconds: window.Seconds(), Target: 1 + int(window/retryMax)}
 	before := scrapeAPIServer(b, ctx, e.Cluster)
@@ -223,6 +226,7 @@ func runModifyInfeasible(b *testing.B, e *scenario.Env, client kubernetes.Interf
 	r.Requests = classify(after.minus(before), map[apiKey]int{{Verb: "PATCH", Resource: "persistentvolumeclaims"}: 1})
 	claim := e.PVC(b, pvc)
 	r.Status, r.ConditionReason = modifyState(claim)
+	metrics := modifyMetricNames(scenario.Scrape(b, p))
 
 	// Roll back.
 	t1 := time.Now()
@@ -247,7 +251,31 @@ func runModifyInfeasible(b *testing.B, e *scenario.Env, client kubernetes.Interf
 			r.RollbackCalls++
 		}
 	}
-	return r
+	return r, metrics
+}
+
+// modifyMetricNames are the metric names (histogram suffixes folded) in a /metrics body that
+// contain "modif".
+func modifyMetricNames(body string) []string {
+	seen := map[string]bool{}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name := line[:strings.IndexAny(line+" ", "{ ")]
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			name = strings.TrimSuffix(name, suffix)
+		}
+		if strings.Contains(strings.ToLower(name), "modif") {
+			seen[name] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // modifyState is the PVC's modifyVolumeStatus ("none" when unset) and ModifyVolumeError reason.
@@ -405,6 +433,8 @@ func (s *summaryRows) modifyRows(mod []ModifyRun) {
 		t.Upstream = fmtCancelled(p.up.Infeasible.RollbackSeconds)
 	}
 	s.out = append(s.out, t)
+	families := func(m ModifyRun) float64 { return float64(len(m.ModifyMetrics)) }
+	s.add("Metrics about modifications on /metrics (names containing \"modif\", a PVC Infeasible)", field(p.up, families), field(p.ours, families), fmtF("%.0f"), "—", "—")
 }
 
 func fmtCancelled(v float64) string {
@@ -429,7 +459,12 @@ func modifyMarkdown(mod []ModifyRun) string {
 	}
 	b.WriteString("\n")
 	for _, m := range mod {
-		fmt.Fprintf(&b, "- %s: requests %s; CSI calls %s; infeasible window requests %s.\n", m.Binary, kv(m.Requests.Detail), kv(m.CSICalls), kv(m.Infeasible.Requests.Detail))
+		names := "none"
+		if len(m.ModifyMetrics) > 0 {
+			names = "`" + strings.Join(m.ModifyMetrics, "`, `") + "`"
+		}
+		fmt.Fprintf(&b, "- %s: requests %s; CSI calls %s; infeasible window requests %s; metrics about modifications: %s.\n",
+			m.Binary, kv(m.Requests.Detail), kv(m.CSICalls), kv(m.Infeasible.Requests.Detail), names)
 	}
 	return b.String()
 }
