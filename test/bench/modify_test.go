@@ -39,8 +39,8 @@ const (
 	refusedParam    = "tier"
 )
 
-// modifyPVCCount is BENCH_MODIFY_PVCS: PVCs changed at once (50, smoke 3).
-func modifyPVCCount() int { return intKnob(new(int), "BENCH_MODIFY_PVCS", 50, 3) }
+// modifyPVCCount is -modify-pvcs / BENCH_MODIFY_PVCS: PVCs changed at once (50, smoke 3).
+func modifyPVCCount() int { return intKnob(flagModifyPVCs, "BENCH_MODIFY_PVCS", 50, 3) }
 
 // modifyInfeasibleConfig is (--retry-interval-max, window) of the infeasible part.
 func modifyInfeasibleConfig() (retryMax, window time.Duration) {
