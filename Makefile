@@ -63,24 +63,33 @@ test-integration: ## integration tests on a real etcd + kube-apiserver (+ contro
 	  $(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/e2e/...
 	@$(MAKE) --no-print-directory test-e2e-hostpath
 
-test-e2e: ## driver-agnostic e2e suite: make test-e2e DRIVER_CMD="..." DRIVER_NAME=... INFEASIBLE_SIZE=2Ti [NODE_EXPANSION_REQUIRED=true]
+test-e2e: ## driver-agnostic e2e suite: make test-e2e DRIVER_CMD="..." DRIVER_NAME=... INFEASIBLE_SIZE=2Ti [NODE_EXPANSION_REQUIRED=true] [MODIFY_PARAMETERS=iops=3000 INFEASIBLE_MODIFY_PARAMETERS=tier=gold]
 	@# Checked before the (cold: ~10 min) build; the suite's TestMain checks it again for go test users.
 	@if [ -n "$(if $(strip $(DRIVER_CMD)$(DRIVER_ENDPOINT)),external)" ] && [ -z "$(strip $(INFEASIBLE_SIZE))" ]; then \
 	  echo "test-e2e: a real driver needs INFEASIBLE_SIZE, a size it refuses with INVALID_ARGUMENT, OUT_OF_RANGE or NOT_FOUND (e.g. INFEASIBLE_SIZE=2Ti)" >&2; exit 2; fi
 	bash hack/build-k8s-bins.sh >/dev/null
 	E2E_DRIVER_CMD="$(DRIVER_CMD)" E2E_DRIVER_NAME="$(DRIVER_NAME)" E2E_DRIVER_ENDPOINT="$(DRIVER_ENDPOINT)" E2E_INFEASIBLE_SIZE="$(INFEASIBLE_SIZE)" \
 	  E2E_NODE_EXPANSION_REQUIRED="$(NODE_EXPANSION_REQUIRED)" \
+	  E2E_MODIFY_PARAMETERS="$(MODIFY_PARAMETERS)" E2E_MODIFY_INFEASIBLE_PARAMETERS="$(INFEASIBLE_MODIFY_PARAMETERS)" \
 	  $(GO) test -tags integration -count=1 -timeout 30m -v ./test/e2e/...
 
 # The e2e suite against hostpathplugin: with its defaults (controller expansion answering
 # node_expansion_required=true, so the suite plays the kubelet's NodeExpandVolume), then node-only
 # (--disable-controller-expansion: the node refuses the infeasible size). --max-volume-size=10Gi
-# makes 20Gi the infeasible size, refused with OUT_OF_RANGE on both sides.
+# makes 20Gi the infeasible size, refused with OUT_OF_RANGE on both sides. Then the
+# VolumeAttributesClass test (TestModify*; the whole suite only when RUN selects it) with
+# --enable-controller-modify-volume: the driver accepts iops and throughput and refuses any other
+# parameter name (tier) with INVALID_ARGUMENT; E2E_MODIFY_REQUIRED fails the test, instead of
+# skipping it, when the driver does not advertise MODIFY_VOLUME.
 HOSTPATH_CMD = $(abspath $(HOSTPATH_PLUGIN)) --endpoint={endpoint} --nodeid=e2e-node --statedir={statedir} -v=5 --max-volume-size=10737418240
 HOSTPATH_E2E = E2E_DRIVER_ENDPOINT= E2E_MOCK_NODE_EXPANSION_REQUIRED= E2E_DRIVER_NAME=hostpath.csi.k8s.io E2E_INFEASIBLE_SIZE=20Gi \
   $(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/e2e/...
+HOSTPATH_MODIFY_E2E = E2E_DRIVER_ENDPOINT= E2E_MOCK_NODE_EXPANSION_REQUIRED= E2E_DRIVER_NAME=hostpath.csi.k8s.io E2E_INFEASIBLE_SIZE=20Gi \
+  E2E_DRIVER_CMD="$(HOSTPATH_CMD) --enable-controller-modify-volume --accepted-mutable-parameter-names=iops,throughput" \
+  E2E_NODE_EXPANSION_REQUIRED=true E2E_MODIFY_REQUIRED=true E2E_MODIFY_PARAMETERS=iops=3000,throughput=125 E2E_MODIFY_INFEASIBLE_PARAMETERS=tier=gold \
+  $(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(if $(filter .,$(RUN)),^TestModify,$(RUN))' ./test/e2e/...
 
-test-e2e-hostpath: ## the e2e suite against csi-driver-host-path (HOSTPATH_PLUGIN=path/to/hostpathplugin): controller + node step, then node-only
+test-e2e-hostpath: ## the e2e suite against csi-driver-host-path (HOSTPATH_PLUGIN=path/to/hostpathplugin): controller + node step, node-only, then VolumeAttributesClass modification
 ifeq ($(wildcard $(HOSTPATH_PLUGIN)),)
 	@if [ "$(CI)" = true ]; then \
 	  echo "test-e2e-hostpath: FAIL: no csi-driver-host-path at $(HOSTPATH_PLUGIN); CI must run the e2e suite against it (set HOSTPATH_PLUGIN=path/to/hostpathplugin)" >&2; exit 1; fi
@@ -89,9 +98,10 @@ else
 	bash hack/build-k8s-bins.sh >/dev/null
 	E2E_DRIVER_CMD="$(HOSTPATH_CMD)" E2E_NODE_EXPANSION_REQUIRED=true $(HOSTPATH_E2E)
 	E2E_DRIVER_CMD="$(HOSTPATH_CMD) --disable-controller-expansion" E2E_NODE_EXPANSION_REQUIRED= $(HOSTPATH_E2E)
+	$(HOSTPATH_MODIFY_E2E)
 endif
 
-demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery
+demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery, a VolumeAttributesClass change and a refused one rolled back
 	bash hack/demo.sh
 
 bench: ## benchmarks on the real control plane, side by side with UPSTREAM_RESIZER when set (not part of CI pass/fail); writes a table and JSON

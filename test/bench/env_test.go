@@ -230,6 +230,7 @@ func (a apiCounts) minus(b apiCounts) apiCounts {
 // endpoints, APF configuration, ...) and are reported apart, not attributed to the resizer.
 var resizerResources = map[string]bool{
 	"persistentvolumeclaims": true, "persistentvolumes": true, "events": true, "pods": true, "secrets": true,
+	"volumeattributesclasses": true,
 }
 
 var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}

@@ -3,7 +3,8 @@
 // Package bench measures csi-resizer on a real control plane (etcd + kube-apiserver on
 // 127.0.0.1, the mock CSI driver and the csi-resizer binary as separate processes, see
 // test/framework): throughput, API requests and CSI calls per resize, memory with many
-// objects, the cost of an infeasible PVC, and the pure decision function. It is run by
+// objects, the cost of an infeasible PVC, VolumeAttributesClass modification, and the pure
+// decision function. It is run by
 // `make bench` (full size, writes docs/benchmarks.md and docs/benchmarks.json) and
 // `make bench-smoke` (BENCH_SMOKE=1: a few objects, prints the table, writes nothing unless
 // -out is given), and it never fails on a missed target: it reports.
@@ -12,6 +13,8 @@
 //
 //	-pvcs N              BENCH_PVCS         PVCs resized at once in the throughput runs (200)
 //	-mem-objects N       BENCH_MEM_OBJECTS  PVC/PV pairs (and pods) of the memory runs (10000)
+//	-modify-pvcs N       BENCH_MODIFY_PVCS  PVCs moved to another VolumeAttributesClass at once
+//	                                        in the modification runs (50, smoke 3)
 //	-out DIR             BENCH_OUT          where benchmarks.md/.json go ("" = do not write;
 //	                                        default docs/ of the repository, smoke: "")
 //	-compare L=PATH,...  BENCH_COMPARE      more resizer binaries to measure next to the
@@ -30,7 +33,8 @@
 //	-upstream PATH       UPSTREAM_RESIZER   upstream external-resizer's binary: measured next
 //	                                        to csi-resizer in the same run, with the same
 //	                                        flags, objects and driver, in the throughput,
-//	                                        infeasible and memory benchmarks ("" = not at all;
+//	                                        infeasible, modification and memory benchmarks
+//	                                        ("" = not at all;
 //	                                        `make bench` passes ../shared/anchors/external-resizer
 //	                                        when it exists)
 package bench
@@ -51,6 +55,7 @@ import (
 
 var (
 	flagPVCs       = flag.Int("pvcs", 0, "PVCs resized at once in the throughput runs (env BENCH_PVCS; default 200, smoke 5)")
+	flagModifyPVCs = flag.Int("modify-pvcs", 0, "PVCs moved to another VolumeAttributesClass at once in the modification runs (env BENCH_MODIFY_PVCS; default 50, smoke 3)")
 	flagMemObjects = flag.Int("mem-objects", 0, "PVC/PV pairs and pods of the memory runs (env BENCH_MEM_OBJECTS; default 10000, smoke 100)")
 	flagOut        = flag.String("out", "", "directory for benchmarks.md and benchmarks.json (env BENCH_OUT; default <repo>/docs, smoke: none); '-' = do not write")
 	flagCompare    = flag.String("compare", "", "more resizer binaries to measure in the memory runs, label=path[@ENV=value...],... (env BENCH_COMPARE)")

@@ -73,6 +73,7 @@ type results struct {
 	memory     []MemoryRun
 	decision   []DecisionRun
 	sts        []StatefulSetRun
+	modify     []ModifyRun
 	profiles   []HeapProfile
 	stsSkipped string
 	merged     File
@@ -96,13 +97,14 @@ func (r *results) addInfeasible(t InfeasibleRun) {
 func (r *results) addMemory(t MemoryRun)           { r.locked(func() { r.memory = append(r.memory, t) }) }
 func (r *results) addDecision(t DecisionRun)       { r.locked(func() { r.decision = append(r.decision, t) }) }
 func (r *results) addStatefulSet(t StatefulSetRun) { r.locked(func() { r.sts = append(r.sts, t) }) }
+func (r *results) addModify(t ModifyRun)           { r.locked(func() { r.modify = append(r.modify, t) }) }
 func (r *results) addProfile(p HeapProfile)        { r.locked(func() { r.profiles = append(r.profiles, p) }) }
 func (r *results) skipStatefulSet(why string)      { r.locked(func() { r.stsSkipped = why }) }
 
 func (r *results) empty() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.profiles) == 0 && r.stsSkipped == ""
+	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.modify)+len(r.profiles) == 0 && r.stsSkipped == ""
 }
 
 // finish builds the merged view: this run's sections over those of an existing report in the
@@ -132,6 +134,7 @@ func (r *results) finish() {
 	put("memory", r.memory, len(r.memory))
 	put("decision", r.decision, len(r.decision))
 	put("heapProfiles", r.profiles, len(r.profiles))
+	put("modify", r.modify, len(r.modify))
 	stsN := len(r.sts)
 	if r.stsSkipped != "" {
 		stsN = 1
@@ -264,6 +267,10 @@ func (r *results) summary() []Target {
 	var sts stsSection
 	if _, ok := r.sectionRuns("statefulset", &sts); ok {
 		s.statefulSetRows(sts)
+	}
+	var mod []ModifyRun
+	if _, ok := r.sectionRuns("modify", &mod); ok {
+		s.modifyRows(mod)
 	}
 	return s.out
 }
@@ -588,6 +595,11 @@ func (r *results) markdown() string {
 		for _, d := range dec {
 			fmt.Fprintf(&b, "| %s | %.1f | %.0f | %.0f |\n", d.Name, d.NsPerOp, d.BytesPerOp, d.AllocsPerOp)
 		}
+	}
+
+	var mod []ModifyRun
+	if _, ok := r.sectionRuns("modify", &mod); ok {
+		b.WriteString(modifyMarkdown(mod))
 	}
 
 	var sts stsSection

@@ -1,7 +1,8 @@
 //go:build integration
 
 // Package demo is the walkthrough behind `make demo`: a local control plane, the mock CSI
-// driver and csi-resizer, then a resize, an infeasible request and its recovery, narrated on
+// driver and csi-resizer, then a resize, an infeasible request and its recovery, a
+// VolumeAttributesClass change and a class the driver refuses rolled back, narrated on
 // stdout. With DEMO_KEEP_RUNNING=1 it then keeps everything running until SIGINT or SIGTERM;
 // without it the test returns after the walkthrough, so it doubles as a smoke test:
 //
@@ -43,6 +44,12 @@ const (
 	driverLimit   = "50Gi"
 	infeasible    = "100Gi"
 	driverMessage = "the backend cannot create or grow a volume beyond " + driverLimit
+	// classFast is a VolumeAttributesClass the mock accepts; classGold one it refuses with
+	// INVALID_ARGUMENT (fault injection on its parameter refusedParam).
+	classFast     = "fast"
+	classGold     = "gold"
+	refusedParam  = "tier"
+	modifyMessage = "mutable parameter " + refusedParam + " is not supported by this backend"
 
 	stepTimeout = 2 * time.Minute
 )
@@ -81,6 +88,8 @@ func TestDemo(t *testing.T) {
 	d.step1Expand()
 	d.step2Infeasible()
 	d.step3Recover()
+	d.step4Modify()
+	d.step5RefusedClass()
 	d.metrics()
 	if !keep {
 		say("\nDone (%s). Everything the demo started is being stopped; run `make demo` in a terminal to keep it running.", since(d.began))
@@ -108,9 +117,10 @@ type demo struct {
 	began   time.Time
 	kubectl string // path of the harness's kubectl
 	// seenEvents and seenCalls make each step print only what is new.
-	seenEvents map[string]int32
-	seenCalls  int
-	pvName     string
+	seenEvents      map[string]int32
+	seenCalls       int
+	seenModifyCalls int
+	pvName          string
 }
 
 // start brings up the control plane, the mock driver (refusing sizes above driverLimit) and
@@ -119,17 +129,23 @@ func (d *demo) start() {
 	t := d.t
 	d.began = time.Now()
 	say("")
-	say("csi-resizer demo: volume expansion, an infeasible request, and its recovery (KEP-1790)")
+	say("csi-resizer demo: volume expansion, an infeasible request and its recovery (KEP-1790),")
+	say("then a VolumeAttributesClass change and a refused one rolled back (KEP-3751)")
 	say("%s", strings.Repeat("=", 86))
 	say("")
 	say("Starting etcd and kube-apiserver on 127.0.0.1, the mock CSI driver on a unix socket and")
 	say("csi-resizer (the binary from ./cmd/csi-resizer, with the RBAC of deploy/kubernetes/rbac)...")
 	limit := resource.MustParse(driverLimit)
-	d.e = scenario.Start(t, scenario.Options{Mock: framework.MockDriverOptions{Faults: []framework.Fault{{
+	d.e = scenario.Start(t, scenario.Options{Mock: framework.MockDriverOptions{ModifyVolume: true, Faults: []framework.Fault{{
 		Method:           "ControllerExpandVolume",
 		Code:             codes.OutOfRange,
 		Message:          driverMessage,
 		MinRequiredBytes: limit.Value() + 1,
+	}, {
+		Method:           "ControllerModifyVolume",
+		Code:             codes.InvalidArgument,
+		Message:          modifyMessage,
+		MutableParameter: refusedParam,
 	}}}})
 	d.interruptedCheck()
 	e := d.e
@@ -139,7 +155,8 @@ func (d *demo) start() {
 	say("")
 	say("  kube-apiserver  %s (admin kubeconfig: %s)", e.Cluster.Host, e.Cluster.Kubeconfig)
 	say("  CSI driver      %s at %s, pid %d", e.Driver.Name, e.Driver.Endpoint, e.Driver.Process.Pid())
-	say("                  (fault injected: ControllerExpandVolume above %s fails with OUT_OF_RANGE)", driverLimit)
+	say("                  (fault injected: ControllerExpandVolume above %s fails with OUT_OF_RANGE,", driverLimit)
+	say("                  ControllerModifyVolume with the parameter %q fails with INVALID_ARGUMENT)", refusedParam)
 	say("  csi-resizer     pid %d, metrics on http://%s/metrics", e.Resizer.Pid(), e.Resizer.HTTPAddr)
 	say("                  %s %s", filepath.Base(e.Resizer.Binary), strings.Join(e.Resizer.Args, " "))
 	say("  namespace       %s, StorageClass %s (allowVolumeExpansion: true)", e.Namespace, e.StorageClass)
@@ -151,6 +168,7 @@ func (d *demo) start() {
 	say("external-provisioner and the PV controller would leave them.")
 	_, pv := e.NewClaim(t, claim, "1Gi")
 	d.pvName = pv.Name
+	d.createClasses()
 	d.seenCalls = len(e.Driver.Calls(t, "ControllerExpandVolume"))
 	d.showClaim(true)
 }
@@ -237,11 +255,12 @@ func (d *demo) showStuckGauge() {
 	say("  %s", line)
 }
 
-// metrics prints the resizer's csi_resizer_* samples (histogram buckets left out).
+// metrics prints the resizer's csi_resizer_* samples (histogram buckets and the many series
+// still at 0 left out: every label value is pre-created, and the error series alone are dozens).
 func (d *demo) metrics() {
 	t := d.t
 	say("")
-	say("Recovery metrics: csi_resizer_* on http://%s/metrics (histogram buckets left out)", d.e.Resizer.HTTPAddr)
+	say("Metrics: csi_resizer_* on http://%s/metrics (histogram buckets and series at 0 left out)", d.e.Resizer.HTTPAddr)
 	say("%s", strings.Repeat("-", 86))
 	var body string
 	d.poll("the recovery in the metrics", 30*time.Second, func() (bool, string) {
@@ -250,7 +269,7 @@ func (d *demo) metrics() {
 		return v >= 1, fmt.Sprintf("csi_resizer_volume_recovery_total{state=\"success\"} = %v", v)
 	})
 	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, "csi_resizer_") && !strings.Contains(line, "_bucket{") {
+		if strings.HasPrefix(line, "csi_resizer_") && !strings.Contains(line, "_bucket{") && !strings.HasSuffix(line, " 0") {
 			say("  %s", line)
 		}
 	}
@@ -259,7 +278,9 @@ func (d *demo) metrics() {
 	}
 	say("")
 	say("volume_recovery_total{state=\"success\"} counts step 3, controller_expand_errors_total the")
-	say("OUT_OF_RANGE of step 2 (class infeasible), state_transitions_total every state written.")
+	say("OUT_OF_RANGE of step 2 (class infeasible), state_transitions_total every state written;")
+	say("volume_modifications_total counts step 4 (success) and step 5 (infeasible, then cancelled),")
+	say("controller_modify_errors_total the INVALID_ARGUMENT of step 5.")
 	say("docs/metrics.md describes each metric and the alerts built on them.")
 }
 
@@ -276,7 +297,11 @@ func (d *demo) keepRunning() {
 	say("      -p '{\"spec\":{\"resources\":{\"requests\":{\"storage\":\"4Gi\"}}}}'")
 	say("  curl -s http://%s/metrics | grep ^csi_resizer_", e.Resizer.HTTPAddr)
 	say("")
-	say("  (the driver refuses anything above %s; any other request above the PVC's capacity resizes)", driverLimit)
+	say("  %s --kubeconfig %s patch pvc %s -n %s --type=merge \\", d.kubectl, e.Cluster.Kubeconfig, claim, ns)
+	say("      -p '{\"spec\":{\"volumeAttributesClassName\":\"%s\"}}'", classGold)
+	say("")
+	say("  (the driver refuses anything above %s; any other request above the PVC's capacity resizes;", driverLimit)
+	say("  it refuses class %s, any class without the parameter %q is applied)", classGold, refusedParam)
 	say("  logs:  csi-resizer     %s", e.Resizer.LogPath)
 	say("         mock driver     %s", e.Driver.Process.LogPath)
 	say("         kube-apiserver  %s", e.Cluster.APIServer.LogPath)
@@ -301,7 +326,7 @@ func (d *demo) keepRunning() {
 func (d *demo) header(n int, title string) {
 	say("")
 	say("")
-	head := fmt.Sprintf("Step %d of 3: %s ", n, title)
+	head := fmt.Sprintf("Step %d of 5: %s ", n, title)
 	say("%s%s", head, strings.Repeat("-", max(3, 86-len(head))))
 }
 
@@ -320,7 +345,7 @@ func (d *demo) setRequest(size string, done func(*v1.PersistentVolumeClaim) (boo
 	}
 	say("")
 	say("csi-resizer wrote the PVC's status (as a watch on the PVC saw it):")
-	pvc := d.watchClaim(strings.TrimSpace(rv), done)
+	pvc := d.watchClaim(strings.TrimSpace(rv), statusLine, done)
 	took := time.Since(began).Round(time.Millisecond)
 	say("")
 	say("The CSI driver received:")
@@ -343,9 +368,9 @@ func (d *demo) setRequest(size string, done func(*v1.PersistentVolumeClaim) (boo
 	return pvc
 }
 
-// watchClaim prints every change of the PVC's status from resourceVersion rv on until done
-// holds, and returns the PVC then.
-func (d *demo) watchClaim(rv string, done func(*v1.PersistentVolumeClaim) (bool, string)) *v1.PersistentVolumeClaim {
+// watchClaim prints every change of the PVC's status (its one-line form by line) from
+// resourceVersion rv on until done holds, and returns the PVC then.
+func (d *demo) watchClaim(rv string, line func(*v1.PersistentVolumeClaim) string, done func(*v1.PersistentVolumeClaim) (bool, string)) *v1.PersistentVolumeClaim {
 	t, e := d.t, d.e
 	ctx, cancel := context.WithTimeout(d.sig, stepTimeout)
 	defer cancel()
@@ -355,10 +380,10 @@ func (d *demo) watchClaim(rv string, done func(*v1.PersistentVolumeClaim) (bool,
 	n := 0
 	show := func(pvc *v1.PersistentVolumeClaim) bool {
 		last = pvc
-		if line := statusLine(pvc); line != lastLine {
+		if l := line(pvc); l != lastLine {
 			n++
-			say("  %d. %s", n, line)
-			lastLine = line
+			say("  %d. %s", n, l)
+			lastLine = l
 		}
 		ok, _ := done(pvc)
 		return ok
@@ -488,7 +513,12 @@ func (d *demo) showClaim(legend bool) {
 		say("  %-12s %s  reason=%s  message=%q", label, c.Type, c.Reason, c.Message)
 	}
 	say("  %-12s %s", "PV capacity", padNote(pvCap.String(), note("the PersistentVolume's spec.capacity: what the driver reported")))
+	d.printNewEvents(legend)
+}
 
+// printNewEvents prints the PVC's events not shown before (with legend: only marks them seen).
+func (d *demo) printNewEvents(legend bool) {
+	t, e := d.t, d.e
 	evs := e.Events(t, claim, "")
 	sort.SliceStable(evs, func(i, j int) bool { return eventTime(evs[i]).Before(eventTime(evs[j])) })
 	var fresh []v1.Event

@@ -17,7 +17,10 @@
 // suite checks the resizer followed it. E2E_MOCK_NODE_EXPANSION_REQUIRED=true runs the mock the
 // way csi-driver-host-path answers by default (node_expansion_required=true). make
 // test-integration runs the suite with the mock in both ways, then against csi-driver-host-path
-// with controller expansion and node-only (make test-e2e-hostpath).
+// with controller expansion and node-only, and its VolumeAttributesClass test against
+// csi-driver-host-path with --enable-controller-modify-volume (make test-e2e-hostpath; see
+// modify_test.go for E2E_MODIFY_REQUIRED, E2E_MODIFY_PARAMETERS and
+// E2E_MODIFY_INFEASIBLE_PARAMETERS).
 package e2e
 
 import (
@@ -118,7 +121,7 @@ func configure() error {
 		}
 		suite.nodeExpansionRequired = &on
 	}
-	return nil
+	return configureModify()
 }
 
 func start(t *testing.T, opts scenario.Options) *env {
