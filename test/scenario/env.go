@@ -48,7 +48,7 @@ type Options struct {
 func (o Options) needsMock() bool {
 	m := o.Mock
 	return o.MockDriver || m.Name != "" || m.NodeOnly || m.NodeExpansionRequired || m.OfflineExpansion ||
-		m.DisableAttach || len(m.Faults) > 0 || len(m.ExtraArgs) > 0
+		m.DisableAttach || m.ModifyVolume || m.ModifyOnly || len(m.Faults) > 0 || len(m.ExtraArgs) > 0
 }
 
 // Env is one running test environment.
@@ -251,8 +251,8 @@ func reasons(evs []v1.Event) string {
 	return "[" + strings.Join(r, " | ") + "]"
 }
 
-// Describe renders what a test cares about in a PVC: request, capacity, allocated size, state
-// and conditions.
+// Describe renders what a test cares about in a PVC: request, capacity, allocated size, state,
+// the VolumeAttributesClass fields when there are any, and conditions.
 func Describe(pvc *v1.PersistentVolumeClaim) string {
 	spec := pvc.Spec.Resources.Requests[v1.ResourceStorage]
 	capacity := pvc.Status.Capacity[v1.ResourceStorage]
@@ -268,7 +268,7 @@ func Describe(pvc *v1.PersistentVolumeClaim) string {
 	for _, c := range pvc.Status.Conditions {
 		conds = append(conds, fmt.Sprintf("%s(%s: %s)", c.Type, c.Reason, c.Message))
 	}
-	return fmt.Sprintf("request=%s capacity=%s allocated=%s state=%s conditions=[%s]", spec.String(), capacity.String(), alloc, state, strings.Join(conds, ", "))
+	return fmt.Sprintf("request=%s capacity=%s allocated=%s state=%s%s conditions=[%s]", spec.String(), capacity.String(), alloc, state, describeClass(pvc), strings.Join(conds, ", "))
 }
 
 // Storage returns a PVC's storage quantities: request, capacity, allocated (zero if absent).

@@ -1,0 +1,219 @@
+package scenario
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/csi-resizer/csi-resizer/test/framework"
+)
+
+// VolumeAttributesClass (KEP-3751) helpers: classes, a PVC's class, and what the resizer
+// records about a modification.
+
+// CreateClass creates the VolumeAttributesClass name of the env's driver with params (the
+// mutable parameters ControllerModifyVolume receives).
+func (e *Env) CreateClass(t testing.TB, name string, params map[string]string) *storagev1.VolumeAttributesClass {
+	t.Helper()
+	vac := &storagev1.VolumeAttributesClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		DriverName: e.Driver.Name,
+		Parameters: params,
+	}
+	out, err := e.Client.StorageV1().VolumeAttributesClasses().Create(e.Ctx, vac, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create VolumeAttributesClass %s: %v", name, err)
+	}
+	return out
+}
+
+// SetClass sets the PVC's spec.volumeAttributesClassName, as `kubectl patch` would.
+func (e *Env) SetClass(t testing.TB, claim, class string) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"volumeAttributesClassName": class}})
+	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).Patch(e.Ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("setting the VolumeAttributesClass of %s to %s: %v", claim, class, err)
+	}
+}
+
+// NewClaimWithClass is NewClaim for a volume provisioned with VolumeAttributesClass class (which
+// must exist): the PVC's status says class is current, the PV carries it and the PVC's spec asks
+// for it, written in that order, so that at no moment does the PVC ask the resizer for work.
+func (e *Env) NewClaimWithClass(t testing.TB, name, size, class string) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
+	t.Helper()
+	_, pv := e.NewClaim(t, name, size)
+	status, _ := json.Marshal(map[string]any{"status": map[string]any{"currentVolumeAttributesClassName": class}})
+	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).Patch(e.Ctx, name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("setting the current VolumeAttributesClass of %s: %v", name, err)
+	}
+	spec, _ := json.Marshal(map[string]any{"spec": map[string]any{"volumeAttributesClassName": class}})
+	pv, err := e.Client.CoreV1().PersistentVolumes().Patch(e.Ctx, pv.Name, types.MergePatchType, spec, metav1.PatchOptions{})
+	if err != nil {
+		t.Fatalf("setting the VolumeAttributesClass of PV %s: %v", pv.Name, err)
+	}
+	e.SetClass(t, name, class)
+	return e.PVC(t, name), pv
+}
+
+// CurrentClass is status.currentVolumeAttributesClassName ("" when unset).
+func CurrentClass(pvc *v1.PersistentVolumeClaim) string {
+	if c := pvc.Status.CurrentVolumeAttributesClassName; c != nil {
+		return *c
+	}
+	return ""
+}
+
+// ModifyStatus is status.modifyVolumeStatus: its status and target ("", "" when unset).
+func ModifyStatus(pvc *v1.PersistentVolumeClaim) (v1.PersistentVolumeClaimModifyVolumeStatus, string) {
+	if m := pvc.Status.ModifyVolumeStatus; m != nil {
+		return m.Status, m.TargetVolumeAttributesClassName
+	}
+	return "", ""
+}
+
+// ModifiedTo reports whether the PVC's modification to class is over: the class is current,
+// no modifyVolumeStatus and neither ModifyingVolume nor ModifyVolumeError is left.
+func ModifiedTo(class string) func(*v1.PersistentVolumeClaim) (bool, string) {
+	return func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		return CurrentClass(pvc) == class && pvc.Status.ModifyVolumeStatus == nil &&
+				Condition(pvc, v1.PersistentVolumeClaimVolumeModifyingVolume) == nil &&
+				Condition(pvc, v1.PersistentVolumeClaimVolumeModifyVolumeError) == nil,
+			"want current class " + class + ", no modifyVolumeStatus and no modify conditions"
+	}
+}
+
+// InModifyStatus reports whether the PVC's modifyVolumeStatus is {status, target}.
+func InModifyStatus(status v1.PersistentVolumeClaimModifyVolumeStatus, target string) func(*v1.PersistentVolumeClaim) (bool, string) {
+	return func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		s, tg := ModifyStatus(pvc)
+		return s == status && tg == target, fmt.Sprintf("want modifyVolumeStatus %s for %s", status, target)
+	}
+}
+
+// describeClass renders the VolumeAttributesClass part of a PVC for Describe, "" when the PVC
+// has none of it.
+func describeClass(pvc *v1.PersistentVolumeClaim) string {
+	spec := ""
+	if c := pvc.Spec.VolumeAttributesClassName; c != nil {
+		spec = *c
+	}
+	status, target := ModifyStatus(pvc)
+	if spec == "" && CurrentClass(pvc) == "" && status == "" {
+		return ""
+	}
+	return fmt.Sprintf(" class=%q current=%q modify=%s(%s)", spec, CurrentClass(pvc), status, target)
+}
+
+// LoggedModifyCall reports whether the resizer process p has logged that it is calling
+// ControllerModifyVolume for volume vol and class: the InProgress status is written just before
+// the call, and the driver logs a call only when it answers, so a test that must act while the
+// call is in flight waits for this line.
+func LoggedModifyCall(p *framework.Process, vol, class string) bool {
+	for _, line := range strings.Split(p.Log(), "\n") {
+		if strings.Contains(line, "Calling ControllerModifyVolume") && strings.Contains(line, vol) && strings.Contains(line, `class="`+class+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClaimHistory records every version of one PVC that the apiserver's watch delivers, from the
+// version it started at, until the test ends: what a test that must see an intermediate state
+// (or count writes) reads, where polling could miss a version.
+type ClaimHistory struct {
+	mu       sync.Mutex
+	versions []*v1.PersistentVolumeClaim
+}
+
+// WatchClaim starts recording the PVC's versions after resourceVersion rv (the PVC's current
+// one when rv is "").
+func (e *Env) WatchClaim(t testing.TB, name, rv string) *ClaimHistory {
+	t.Helper()
+	if rv == "" {
+		rv = e.PVC(t, name).ResourceVersion
+	}
+	h := &ClaimHistory{}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	pvcs := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace)
+	go func() {
+		defer close(done)
+		for {
+			w, err := pvcs.Watch(e.Ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
+			if err != nil {
+				return // the test is over (its context is done) or the apiserver is gone
+			}
+			rv = h.drain(w, rv, stop)
+			w.Stop()
+			select {
+			case <-stop:
+				return
+			case <-e.Ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond): // the watch ended early: watch again from rv
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return h
+}
+
+// drain records the versions a watch delivers until it ends or stop closes; it returns the last
+// resourceVersion seen.
+func (h *ClaimHistory) drain(w watch.Interface, rv string, stop <-chan struct{}) string {
+	for {
+		select {
+		case <-stop:
+			return rv
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return rv
+			}
+			pvc, isPVC := ev.Object.(*v1.PersistentVolumeClaim)
+			if !isPVC || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+				continue
+			}
+			rv = pvc.ResourceVersion
+			h.mu.Lock()
+			h.versions = append(h.versions, pvc)
+			h.mu.Unlock()
+		}
+	}
+}
+
+// Versions returns the versions recorded so far, oldest first.
+func (h *ClaimHistory) Versions() []*v1.PersistentVolumeClaim {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*v1.PersistentVolumeClaim(nil), h.versions...)
+}
+
+// Wait polls until some recorded version satisfies cond and returns the first that does.
+func (h *ClaimHistory) Wait(t testing.TB, timeout time.Duration, what string, cond func(*v1.PersistentVolumeClaim) bool) *v1.PersistentVolumeClaim {
+	t.Helper()
+	var found *v1.PersistentVolumeClaim
+	framework.Eventually(t, timeout, func() (bool, string) {
+		vs := h.Versions()
+		for _, pvc := range vs {
+			if cond(pvc) {
+				found = pvc
+				return true, ""
+			}
+		}
+		last := "none"
+		if len(vs) > 0 {
+			last = Describe(vs[len(vs)-1])
+		}
+		return false, fmt.Sprintf("no version of the PVC %s among %d seen; the last: %s", what, len(vs), last)
+	})
+	return found
+}
