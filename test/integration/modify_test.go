@@ -1,0 +1,392 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/csi-resizer/csi-resizer/test/framework"
+	"github.com/csi-resizer/csi-resizer/test/scenario"
+)
+
+// VolumeAttributesClass modification (KEP-3751, docs/design.md §2.11) on the real apiserver, with
+// the csi-resizer binary and the mock driver started with --modify-volume.
+
+const modifyTimeout = time.Minute
+
+// The classes of these tests. "bad" names a tier the mock refuses (modifyFaults), so it is the
+// infeasible class.
+var (
+	silver = map[string]string{"tier": "silver", "iops": "1000"}
+	gold   = map[string]string{"tier": "gold", "iops": "3000"}
+	bronze = map[string]string{"tier": "bronze", "iops": "500"}
+	bad    = map[string]string{"tier": "platinum", "iops": "99999"}
+	late   = map[string]string{"tier": "late", "iops": "2000"}
+)
+
+// infeasibleFault makes every ControllerModifyVolume call for class "bad" fail with
+// INVALID_ARGUMENT, CSI's answer to mutable parameters the volume cannot take.
+var infeasibleFault = framework.Fault{Method: "ControllerModifyVolume", Code: codes.InvalidArgument, Message: "tier platinum is not offered", MutableParameter: "tier=platinum"}
+
+// TestModify runs the modification scenarios on one control plane, driver and resizer, each on
+// its own PVC, in order; the metrics are checked after them, and the kill and restart of the
+// resizer comes last. --retry-interval-max is 10 minutes: an infeasible class is retried only
+// after that (rule 16), so within this test a second call for it is a bug; the start interval
+// is small so that every other retry is quick.
+func TestModify(t *testing.T) {
+	e := startMock(t, scenario.Options{
+		Mock:        framework.MockDriverOptions{ModifyVolume: true, Faults: []framework.Fault{infeasibleFault}},
+		ResizerArgs: []string{"--retry-interval-start=200ms", "--retry-interval-max=10m", "--timeout=60s"},
+	})
+	for name, params := range map[string]map[string]string{"silver": silver, "gold": gold, "bronze": bronze, "bad": bad} {
+		e.CreateClass(t, name, params)
+	}
+	if !e.Resizer.LogContains("VolumeAttributesClass modification on") {
+		t.Fatalf("the resizer did not turn modification on:\n%s", e.Resizer.LogTail(30))
+	}
+
+	// The rollback scenario's PVC goes infeasible first and stays so while the others run: the
+	// time they take is the window in which an infeasible class must not be called again.
+	_, rbPV := e.NewClaimWithClass(t, "rollback", "1Gi", "silver")
+	e.SetClass(t, "rollback", "bad")
+	e.WaitClaim(t, "rollback", modifyTimeout, infeasible("bad"))
+	infeasibleSince := time.Now()
+
+	var successHistory *scenario.ClaimHistory
+	t.Run("success", func(t *testing.T) { successHistory = testModifySuccess(t, e) })
+	t.Run("infeasible then a new class", func(t *testing.T) { testModifyInfeasibleThenNewClass(t, e) })
+	t.Run("class created after the PVC points at it", func(t *testing.T) { testModifyPendingClass(t, e) })
+	t.Run("expand and modify together", func(t *testing.T) { testExpandAndModify(t, e) })
+	t.Run("rollback", func(t *testing.T) { testModifyRollback(t, e, rbPV.Spec.CSI.VolumeHandle, infeasibleSince) })
+	t.Run("metrics", func(t *testing.T) { testModifyMetrics(t, e, successHistory) })
+	t.Run("resizer killed during the call", func(t *testing.T) { testModifyKilledDuringCall(t, e) })
+}
+
+// infeasible is the state an INVALID_ARGUMENT answer for class leaves: modifyVolumeStatus
+// Infeasible for it, ModifyingVolume still set, and ModifyVolumeError with the code.
+func infeasible(class string) func(*v1.PersistentVolumeClaim) (bool, string) {
+	return func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		s, target := scenario.ModifyStatus(pvc)
+		errCond := scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+		return s == v1.PersistentVolumeClaimModifyVolumeInfeasible && target == class &&
+				scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyingVolume) != nil &&
+				errCond != nil && errCond.Reason == "InvalidArgument",
+			"want Infeasible for " + class + " with ModifyingVolume and an InvalidArgument ModifyVolumeError"
+	}
+}
+
+// describeModifyCalls renders ControllerModifyVolume calls for a failure message.
+func describeModifyCalls(calls []framework.Call) string {
+	var out []string
+	for _, c := range calls {
+		out = append(out, fmt.Sprintf("%s %s tier=%s", c.Time.Format(time.StampMicro), c.CodeName, c.MutableParameters["tier"]))
+	}
+	return "[" + strings.Join(out, ", ") + "]"
+}
+
+// wantModifyCalls checks the driver's ControllerModifyVolume calls for vol: exactly one per
+// entry of want, in order, each with that class's parameters (and nothing else: no
+// --extra-modify-metadata here) and code.
+func wantModifyCalls(t *testing.T, calls []framework.Call, want ...modifyCall) {
+	t.Helper()
+	ok := len(calls) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = maps.Equal(calls[i].MutableParameters, want[i].params) && calls[i].Code == want[i].code
+	}
+	if !ok {
+		var w []string
+		for _, c := range want {
+			w = append(w, fmt.Sprintf("%s tier=%s", c.code, c.params["tier"]))
+		}
+		t.Errorf("ControllerModifyVolume calls %s, want exactly [%s]", describeModifyCalls(calls), strings.Join(w, ", "))
+	}
+}
+
+type modifyCall struct {
+	params map[string]string
+	code   codes.Code
+}
+
+// Success: a PVC provisioned with silver is set to gold. One call with gold's parameters; the PV
+// and then the PVC's status say gold; nothing of the modification is left; one Normal event. The
+// resizer writes the PVC twice (InProgress before the call, the outcome after it; rule 18), which
+// the returned history lets the metrics step check again after the other scenarios ran.
+func testModifySuccess(t *testing.T, e *scenario.Env) *scenario.ClaimHistory {
+	_, pv := e.NewClaimWithClass(t, "success", "1Gi", "silver")
+	vol := pv.Spec.CSI.VolumeHandle
+	h := e.WatchClaim(t, "success", "")
+	e.SetClass(t, "success", "gold")
+	e.WaitClaim(t, "success", modifyTimeout, scenario.ModifiedTo("gold"))
+
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{gold, codes.OK})
+	if got := e.PV(t, pv.Name).Spec.VolumeAttributesClassName; got == nil || *got != "gold" {
+		t.Errorf("PV spec.volumeAttributesClassName = %v, want gold", got)
+	}
+	ev := e.WaitEvent(t, "success", "VolumeModifySuccessful", 30*time.Second)
+	if !strings.Contains(ev.Message, "gold") || ev.Type != v1.EventTypeNormal {
+		t.Errorf("VolumeModifySuccessful event %s %q, want a Normal event naming gold", ev.Type, ev.Message)
+	}
+	if evs := e.Events(t, "success", ""); len(evs) != 1 || evs[0].Count != 1 {
+		t.Errorf("events on the PVC %s, want only the one VolumeModifySuccessful", scenario.DescribeEvents(evs))
+	}
+	checkSuccessWrites(t, h)
+	return h
+}
+
+// checkSuccessWrites checks the success PVC's versions since the class was set: the user's spec
+// change, the resizer's InProgress (with ModifyingVolume) and its outcome, and nothing else.
+func checkSuccessWrites(t *testing.T, h *scenario.ClaimHistory) {
+	t.Helper()
+	h.Wait(t, modifyTimeout, "modified to gold", func(pvc *v1.PersistentVolumeClaim) bool {
+		ok, _ := scenario.ModifiedTo("gold")(pvc)
+		return ok
+	})
+	vs := h.Versions()
+	var desc []string
+	for _, pvc := range vs {
+		desc = append(desc, scenario.Describe(pvc))
+	}
+	inProgress := func(pvc *v1.PersistentVolumeClaim) bool {
+		ok, _ := scenario.InModifyStatus(v1.PersistentVolumeClaimModifyVolumeInProgress, "gold")(pvc)
+		return ok && scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyingVolume) != nil
+	}
+	if len(vs) != 3 || !inProgress(vs[1]) {
+		t.Errorf("PVC versions since the class was set:\n  %s\nwant 3: the spec change, InProgress for gold with ModifyingVolume, the outcome",
+			strings.Join(desc, "\n  "))
+	}
+}
+
+// Infeasible, then a new class: INVALID_ARGUMENT for "bad" leaves Infeasible with both
+// conditions and a Warning. A new class goes at once, without waiting for the 10-minute retry of
+// the infeasible one, and the driver sees exactly the refused call and then gold's.
+func testModifyInfeasibleThenNewClass(t *testing.T, e *scenario.Env) {
+	_, pv := e.NewClaimWithClass(t, "retarget", "1Gi", "silver")
+	vol := pv.Spec.CSI.VolumeHandle
+	e.SetClass(t, "retarget", "bad")
+	pvc := e.WaitClaim(t, "retarget", modifyTimeout, infeasible("bad"))
+	if c := scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyVolumeError); !strings.Contains(c.Message, infeasibleFault.Message) {
+		t.Errorf("ModifyVolumeError message %q, want the driver's %q", c.Message, infeasibleFault.Message)
+	}
+	if scenario.CurrentClass(pvc) != "silver" {
+		t.Errorf("current class %q after the refusal, want silver (the driver confirmed nothing else)", scenario.CurrentClass(pvc))
+	}
+	ev := e.WaitEvent(t, "retarget", "VolumeModifyFailed", 30*time.Second)
+	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, "InvalidArgument") || !strings.Contains(ev.Message, "bad") {
+		t.Errorf("VolumeModifyFailed event %s %q, want a Warning naming bad and InvalidArgument", ev.Type, ev.Message)
+	}
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{bad, codes.InvalidArgument})
+
+	e.SetClass(t, "retarget", "gold")
+	e.WaitClaim(t, "retarget", modifyTimeout, scenario.ModifiedTo("gold"))
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{bad, codes.InvalidArgument}, modifyCall{gold, codes.OK})
+	if got := e.PV(t, pv.Name).Spec.VolumeAttributesClassName; got == nil || *got != "gold" {
+		t.Errorf("PV spec.volumeAttributesClassName = %v, want gold", got)
+	}
+}
+
+// A class that does not exist yet: Pending for it, a Warning naming it, no call. Once the class
+// is created the modification goes ahead without anything else changing.
+func testModifyPendingClass(t *testing.T, e *scenario.Env) {
+	_, pv := e.NewClaimWithClass(t, "pending", "1Gi", "silver")
+	vol := pv.Spec.CSI.VolumeHandle
+	e.SetClass(t, "pending", "late")
+	pvc := e.WaitClaim(t, "pending", modifyTimeout, scenario.InModifyStatus(v1.PersistentVolumeClaimModifyVolumePending, "late"))
+	if scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyingVolume) != nil || scenario.CurrentClass(pvc) != "silver" {
+		t.Errorf("Pending PVC %s, want no ModifyingVolume (nothing is being modified) and silver current", scenario.Describe(pvc))
+	}
+	ev := e.WaitEvent(t, "pending", "VolumeModifyFailed", 30*time.Second)
+	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, "late") {
+		t.Errorf("VolumeModifyFailed event %s %q, want a Warning naming the missing class late", ev.Type, ev.Message)
+	}
+	if calls := e.Driver.ModifyCalls(t, vol); len(calls) != 0 {
+		t.Errorf("ControllerModifyVolume calls %s while the class does not exist, want none", describeModifyCalls(calls))
+	}
+
+	e.CreateClass(t, "late", late)
+	e.WaitClaim(t, "pending", modifyTimeout, scenario.ModifiedTo("late"))
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{late, codes.OK})
+	if evs := e.Events(t, "pending", "VolumeModifyFailed"); len(evs) != 1 || evs[0].Count != 1 {
+		t.Errorf("VolumeModifyFailed events %s, want the one for the missing class", scenario.DescribeEvents(evs))
+	}
+}
+
+// Expansion and modification of one PVC at once (rule 19): the expansion's call is held by the
+// driver while the class changes, so both controllers write the PVC's status in the same
+// stretch. Some version shows both under way (Resizing and ModifyingVolume), no write drops what
+// the other controller recorded, and both finish.
+func testExpandAndModify(t *testing.T, e *scenario.Env) {
+	_, pv := e.NewClaimWithClass(t, "both", "1Gi", "silver")
+	vol := pv.Spec.CSI.VolumeHandle
+	// 5 s is far longer than a modification takes here, and far shorter than --timeout.
+	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault, {Method: "ControllerExpandVolume", VolumeID: vol, Delay: 5 * time.Second, Times: 1}})
+	t.Cleanup(func() { e.Driver.SetFaults(t, []framework.Fault{infeasibleFault}) })
+	h := e.WatchClaim(t, "both", "")
+	e.SetRequest(t, "both", "2Gi")
+	framework.Eventually(t, modifyTimeout, func() (bool, string) {
+		return scenario.LoggedExpandCall(e.Resizer, vol), "the resizer has not logged its ControllerExpandVolume call for " + vol
+	})
+	e.SetClass(t, "both", "gold")
+
+	h.Wait(t, modifyTimeout, "with both Resizing and ModifyingVolume", func(pvc *v1.PersistentVolumeClaim) bool {
+		return scenario.Condition(pvc, v1.PersistentVolumeClaimResizing) != nil && scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyingVolume) != nil
+	})
+	e.WaitClaim(t, "both", modifyTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		done, why := scenario.Done("2Gi")(pvc)
+		modified, why2 := scenario.ModifiedTo("gold")(pvc)
+		return done && modified, why + "; " + why2
+	})
+	got := e.PV(t, pv.Name)
+	if c := got.Spec.Capacity[v1.ResourceStorage]; !scenario.Is(c, "2Gi") || got.Spec.VolumeAttributesClassName == nil || *got.Spec.VolumeAttributesClassName != "gold" {
+		t.Errorf("PV capacity %s class %v, want 2Gi and gold", c.String(), got.Spec.VolumeAttributesClassName)
+	}
+	if calls := e.Driver.VolumeCalls(t, vol); len(calls) != 1 || calls[0].RequiredBytes != bytesOf("2Gi") {
+		t.Errorf("ControllerExpandVolume calls %s, want one for 2Gi", framework.DescribeCalls(calls))
+	}
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{gold, codes.OK})
+	checkNothingDropped(t, h.Versions())
+}
+
+// checkNothingDropped checks that once a version of the PVC records one controller's result (the
+// allocated 2Gi, gold as the current class), every later version keeps it: no write of the other
+// controller, computed from an older version, took it away.
+func checkNothingDropped(t *testing.T, vs []*v1.PersistentVolumeClaim) {
+	t.Helper()
+	allocated, current := false, false
+	for i, pvc := range vs {
+		_, _, alloc := scenario.Storage(pvc)
+		if allocated && !scenario.Is(alloc, "2Gi") || current && scenario.CurrentClass(pvc) != "gold" {
+			t.Errorf("version %d of %d dropped what an earlier one recorded (allocated 2Gi: %v, current gold: %v): %s",
+				i+1, len(vs), allocated, current, scenario.Describe(pvc))
+		}
+		allocated = allocated || scenario.Is(alloc, "2Gi")
+		current = current || scenario.CurrentClass(pvc) == "gold"
+	}
+}
+
+// Rollback: the PVC made infeasible at the start of TestModify is still Infeasible, with exactly
+// the one refused call, after the other scenarios ran (a retry before --retry-interval-max would
+// show here). Set back to its current class, the modification is cancelled: status and
+// conditions cleared, a Normal event, no call.
+func testModifyRollback(t *testing.T, e *scenario.Env, vol string, infeasibleSince time.Time) {
+	pvc := e.PVC(t, "rollback")
+	if ok, why := infeasible("bad")(pvc); !ok {
+		t.Fatalf("%s; PVC: %s", why, scenario.Describe(pvc))
+	}
+	t.Logf("Infeasible for %s with --retry-interval-start=200ms before the rollback", time.Since(infeasibleSince).Round(time.Second))
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{bad, codes.InvalidArgument})
+	// The per-PVC series says which PVC is stuck, and on which class.
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		v := scenario.MetricValue(scenario.Scrape(t, e.Resizer), "csi_resizer_volume_modify_infeasible", `persistentvolumeclaim="rollback"`, `target="bad"`)
+		return v == 1, fmt.Sprintf("csi_resizer_volume_modify_infeasible for rollback/bad = %v, want 1", v)
+	})
+
+	e.SetClass(t, "rollback", "silver")
+	e.WaitClaim(t, "rollback", modifyTimeout, scenario.ModifiedTo("silver"))
+	ev := e.WaitEvent(t, "rollback", "VolumeModifyCancelled", 30*time.Second)
+	if ev.Type != v1.EventTypeNormal || !strings.Contains(ev.Message, "bad") || !strings.Contains(ev.Message, "silver") {
+		t.Errorf("VolumeModifyCancelled event %s %q, want a Normal event naming bad and silver", ev.Type, ev.Message)
+	}
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{bad, codes.InvalidArgument})
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		body := scenario.Scrape(t, e.Resizer)
+		v := scenario.MetricValue(body, "csi_resizer_volume_modify_infeasible", `persistentvolumeclaim="rollback"`)
+		return v == 0 && !strings.Contains(body, `persistentvolumeclaim="rollback"`), "the infeasible series of rollback is still exported"
+	})
+}
+
+// The metrics the sidecar exports after the scenarios above: 4 successes (success, retarget,
+// pending, both), 2 infeasible answers (retarget, rollback), 1 cancellation (rollback), each
+// INVALID_ARGUMENT counted once as infeasible, no PVC left in any modify status. And the success
+// PVC was written by no one since its modification ended.
+func testModifyMetrics(t *testing.T, e *scenario.Env, success *scenario.ClaimHistory) {
+	body := scenario.Scrape(t, e.Resizer)
+	want := []struct {
+		metric string
+		labels []string
+		value  float64
+	}{
+		{"csi_resizer_volume_modifications_total", []string{`result="success"`}, 4},
+		{"csi_resizer_volume_modifications_total", []string{`result="infeasible"`}, 2},
+		{"csi_resizer_volume_modifications_total", []string{`result="cancelled"`}, 1},
+		{"csi_resizer_controller_modify_errors_total", []string{`grpc_code="InvalidArgument"`, `class="infeasible"`}, 2},
+		{"csi_resizer_controller_modify_errors_total", nil, 2},
+		{"csi_resizer_modification_duration_seconds_count", []string{`result="success"`}, 4},
+		{"csi_resizer_modify_volumes", []string{`status="Infeasible"`}, 0},
+		{"csi_resizer_modify_volumes", nil, 0},
+		{"csi_resizer_volume_modify_infeasible", nil, 0},
+	}
+	for _, w := range want {
+		if got := scenario.MetricValue(body, w.metric, w.labels...); got != w.value {
+			t.Errorf("%s%v = %v, want %v", w.metric, w.labels, got, w.value)
+		}
+	}
+	for _, status := range []string{"Pending", "InProgress", "Infeasible"} {
+		if !strings.Contains(body, `csi_resizer_modify_volumes{driver_name="`+e.Driver.Name+`",status="`+status+`"}`) {
+			t.Errorf("csi_resizer_modify_volumes{status=%q} is not exported", status)
+		}
+	}
+	checkSuccessWrites(t, success)
+}
+
+// The resizer is killed while the driver holds its call for gold; the user then asks for
+// bronze. The restarted resizer must not leave gold half-applied for bronze: the backend may
+// still be applying gold, so it calls for gold again (rule 14), and only after that answer for
+// bronze, which ends current.
+func testModifyKilledDuringCall(t *testing.T, e *scenario.Env) {
+	_, pv := e.NewClaimWithClass(t, "killed", "1Gi", "silver")
+	vol := pv.Spec.CSI.VolumeHandle
+	// The driver holds the first gold call past the kill, as a slow backend would.
+	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault, {Method: "ControllerModifyVolume", VolumeID: vol, MutableParameter: "tier=gold", Delay: 30 * time.Second, Times: 1}})
+	e.SetClass(t, "killed", "gold")
+	e.WaitClaim(t, "killed", modifyTimeout, scenario.InModifyStatus(v1.PersistentVolumeClaimModifyVolumeInProgress, "gold"))
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		return scenario.LoggedModifyCall(e.Resizer, vol, "gold"), "the resizer has not logged its ControllerModifyVolume call for " + vol
+	})
+	if err := e.Resizer.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if pvc := e.PVC(t, "killed"); scenario.CurrentClass(pvc) != "silver" {
+		t.Fatalf("the modification finished before the resizer died, nothing was left uncertain: %s", scenario.Describe(pvc))
+	}
+	e.SetClass(t, "killed", "bronze")
+	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault})
+	restarted := time.Now()
+	e.Resizer.Restart(t)
+
+	e.WaitClaim(t, "killed", modifyTimeout, scenario.ModifiedTo("bronze"))
+	var after []framework.Call
+	for _, c := range e.Driver.ModifyCalls(t, vol) {
+		if c.Time.After(restarted) {
+			after = append(after, c)
+		}
+	}
+	wantModifyCalls(t, after, modifyCall{gold, codes.OK}, modifyCall{bronze, codes.OK})
+	if got := e.PV(t, pv.Name).Spec.VolumeAttributesClassName; got == nil || *got != "bronze" {
+		t.Errorf("PV spec.volumeAttributesClassName = %v, want bronze", got)
+	}
+}
+
+// A driver that can modify volumes but not expand them starts, says modification is on, and
+// modifies.
+func TestModifyOnlyDriver(t *testing.T) {
+	e := startMock(t, scenario.Options{Mock: framework.MockDriverOptions{ModifyOnly: true}})
+	if !e.Resizer.LogContains("VolumeAttributesClass modification on") {
+		t.Fatalf("the resizer did not turn modification on:\n%s", e.Resizer.LogTail(30))
+	}
+	e.CreateClass(t, "silver", silver)
+	e.CreateClass(t, "gold", gold)
+	_, pv := e.NewClaimWithClass(t, "data", "1Gi", "silver")
+	e.SetClass(t, "data", "gold")
+	e.WaitClaim(t, "data", modifyTimeout, scenario.ModifiedTo("gold"))
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, pv.Spec.CSI.VolumeHandle), modifyCall{gold, codes.OK})
+	if got := e.PV(t, pv.Name).Spec.VolumeAttributesClassName; got == nil || *got != "gold" {
+		t.Errorf("PV spec.volumeAttributesClassName = %v, want gold", got)
+	}
+}
