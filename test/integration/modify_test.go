@@ -217,15 +217,19 @@ func testModifyPendingClass(t *testing.T, e *scenario.Env) {
 	}
 }
 
-// Expansion and modification of one PVC at once (rule 19): the expansion's call is held by the
-// driver while the class changes, so both controllers write the PVC's status in the same
-// stretch. Some version shows both under way (Resizing and ModifyingVolume), no write drops what
-// the other controller recorded, and both finish.
+// Expansion and modification of one PVC at once (rule 19). The driver holds the expansion's
+// call (3 s) and then the modification's (6 s): the class changes while the expansion is under
+// way, and the expansion's answer comes back while the modification is under way, so each
+// controller records an outcome over a version the other has written since it read it. Some
+// version shows both under way (Resizing and ModifyingVolume), then the expansion done while the
+// modification is not; no version loses what the other controller recorded; both finish.
 func testExpandAndModify(t *testing.T, e *scenario.Env) {
 	_, pv := e.NewClaimWithClass(t, "both", "1Gi", "silver")
 	vol := pv.Spec.CSI.VolumeHandle
-	// 5 s is far longer than a modification takes here, and far shorter than --timeout.
-	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault, {Method: "ControllerExpandVolume", VolumeID: vol, Delay: 5 * time.Second, Times: 1}})
+	// The delays are far longer than a status write takes here and far shorter than --timeout.
+	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault,
+		{Method: "ControllerExpandVolume", VolumeID: vol, Delay: 3 * time.Second, Times: 1},
+		{Method: "ControllerModifyVolume", VolumeID: vol, Delay: 6 * time.Second, Times: 1}})
 	t.Cleanup(func() { e.Driver.SetFaults(t, []framework.Fault{infeasibleFault}) })
 	h := e.WatchClaim(t, "both", "")
 	e.SetRequest(t, "both", "2Gi")
@@ -236,6 +240,11 @@ func testExpandAndModify(t *testing.T, e *scenario.Env) {
 
 	h.Wait(t, modifyTimeout, "with both Resizing and ModifyingVolume", func(pvc *v1.PersistentVolumeClaim) bool {
 		return scenario.Condition(pvc, v1.PersistentVolumeClaimResizing) != nil && scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyingVolume) != nil
+	})
+	h.Wait(t, modifyTimeout, "expanded while the modification is under way", func(pvc *v1.PersistentVolumeClaim) bool {
+		done, _ := scenario.Done("2Gi")(pvc)
+		inProgress, _ := scenario.InModifyStatus(v1.PersistentVolumeClaimModifyVolumeInProgress, "gold")(pvc)
+		return done && inProgress
 	})
 	e.WaitClaim(t, "both", modifyTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
 		done, why := scenario.Done("2Gi")(pvc)
@@ -253,17 +262,33 @@ func testExpandAndModify(t *testing.T, e *scenario.Env) {
 	checkNothingDropped(t, h.Versions())
 }
 
-// checkNothingDropped checks that once a version of the PVC records one controller's result (the
-// allocated 2Gi, gold as the current class), every later version keeps it: no write of the other
-// controller, computed from an older version, took it away.
+// checkNothingDropped checks every version of the PVC for what a write computed from an older
+// version would lose. Each controller's state goes with its condition (ControllerResizeInProgress
+// with Resizing, modifyVolumeStatus InProgress with ModifyingVolume): the conditions are one list,
+// which a status patch replaces whole, so a write that dropped the other controller's condition
+// breaks the pair. And once a version records a result (allocated 2Gi, gold current), every later
+// one keeps it.
 func checkNothingDropped(t *testing.T, vs []*v1.PersistentVolumeClaim) {
 	t.Helper()
 	allocated, current := false, false
 	for i, pvc := range vs {
 		_, _, alloc := scenario.Storage(pvc)
-		if allocated && !scenario.Is(alloc, "2Gi") || current && scenario.CurrentClass(pvc) != "gold" {
-			t.Errorf("version %d of %d dropped what an earlier one recorded (allocated 2Gi: %v, current gold: %v): %s",
-				i+1, len(vs), allocated, current, scenario.Describe(pvc))
+		modifying, _ := scenario.ModifyStatus(pvc)
+		var lost []string
+		if allocated && !scenario.Is(alloc, "2Gi") {
+			lost = append(lost, "the allocated 2Gi")
+		}
+		if current && scenario.CurrentClass(pvc) != "gold" {
+			lost = append(lost, "gold as the current class")
+		}
+		if scenario.State(pvc) == v1.PersistentVolumeClaimControllerResizeInProgress && scenario.Condition(pvc, v1.PersistentVolumeClaimResizing) == nil {
+			lost = append(lost, "the Resizing condition of the expansion under way")
+		}
+		if modifying == v1.PersistentVolumeClaimModifyVolumeInProgress && scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyingVolume) == nil {
+			lost = append(lost, "the ModifyingVolume condition of the modification under way")
+		}
+		if len(lost) > 0 {
+			t.Errorf("version %d of %d lost %s: %s", i+1, len(vs), strings.Join(lost, ", "), scenario.Describe(pvc))
 		}
 		allocated = allocated || scenario.Is(alloc, "2Gi")
 		current = current || scenario.CurrentClass(pvc) == "gold"
