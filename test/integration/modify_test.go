@@ -36,10 +36,11 @@ var (
 var infeasibleFault = framework.Fault{Method: "ControllerModifyVolume", Code: codes.InvalidArgument, Message: "tier platinum is not offered", MutableParameter: "tier=platinum"}
 
 // TestModify runs the modification scenarios on one control plane, driver and resizer, each on
-// its own PVC, in order; the metrics are checked after them, and the kill and restart of the
-// resizer comes last. --retry-interval-max is 10 minutes: an infeasible class is retried only
-// after that (rule 16), so within this test a second call for it is a bug; the start interval
-// is small so that every other retry is quick.
+// its own PVC, in order; the metrics are checked after them, then the resizer is killed and
+// restarted, and the PVC left Infeasible since the start is rolled back. --retry-interval-max is
+// 10 minutes: an infeasible class is retried only after that (rule 16), by this resizer or the
+// restarted one, so within this test a second call for it is a bug; the start interval is small
+// so that every other retry is quick.
 func TestModify(t *testing.T) {
 	e := startMock(t, scenario.Options{
 		Mock:        framework.MockDriverOptions{ModifyVolume: true, Faults: []framework.Fault{infeasibleFault}},
@@ -63,10 +64,13 @@ func TestModify(t *testing.T) {
 	t.Run("success", func(t *testing.T) { successHistory = testModifySuccess(t, e) })
 	t.Run("infeasible then a new class", func(t *testing.T) { testModifyInfeasibleThenNewClass(t, e) })
 	t.Run("class created after the PVC points at it", func(t *testing.T) { testModifyPendingClass(t, e) })
+	t.Run("transient error keeps the target", func(t *testing.T) { testModifyTransientKeepsTarget(t, e) })
+	t.Run("final error follows the spec", func(t *testing.T) { testModifyFinalFollowsSpec(t, e) })
 	t.Run("expand and modify together", func(t *testing.T) { testExpandAndModify(t, e) })
-	t.Run("rollback", func(t *testing.T) { testModifyRollback(t, e, rbPV.Spec.CSI.VolumeHandle, infeasibleSince) })
 	t.Run("metrics", func(t *testing.T) { testModifyMetrics(t, e, successHistory) })
+	// The resizer restarts here: the rollback PVC stays Infeasible across it.
 	t.Run("resizer killed during the call", func(t *testing.T) { testModifyKilledDuringCall(t, e) })
+	t.Run("rollback", func(t *testing.T) { testModifyRollback(t, e, rbPV.Spec.CSI.VolumeHandle, infeasibleSince) })
 }
 
 // infeasible is the state an INVALID_ARGUMENT answer for class leaves: modifyVolumeStatus
@@ -217,6 +221,68 @@ func testModifyPendingClass(t *testing.T, e *scenario.Env) {
 	}
 }
 
+// A transient error (UNAVAILABLE) leaves the outcome unknown: the backend may be applying gold.
+// The user then asks for bronze, but every retry is for gold (rule 14) until the driver answers;
+// only then is bronze called.
+func testModifyTransientKeepsTarget(t *testing.T, e *scenario.Env) {
+	_, pv := e.NewClaimWithClass(t, "transient", "1Gi", "silver")
+	vol := pv.Spec.CSI.VolumeHandle
+	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault, {Method: "ControllerModifyVolume", VolumeID: vol, Code: codes.Unavailable, Message: "backend restarting"}})
+	t.Cleanup(func() { e.Driver.SetFaults(t, []framework.Fault{infeasibleFault}) })
+	e.SetClass(t, "transient", "gold")
+	e.WaitClaim(t, "transient", modifyTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		inProgress, _ := scenario.InModifyStatus(v1.PersistentVolumeClaimModifyVolumeInProgress, "gold")(pvc)
+		c := scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+		return inProgress && c != nil && c.Reason == "Unavailable", "want InProgress for gold with an Unavailable ModifyVolumeError"
+	})
+	e.SetClass(t, "transient", "bronze")
+	changed := time.Now()
+	framework.Eventually(t, modifyTimeout, func() (bool, string) {
+		calls := e.Driver.ModifyCalls(t, vol)
+		return len(calls) > 0 && calls[len(calls)-1].Time.After(changed), "no retry since the class was changed: " + describeModifyCalls(calls)
+	})
+	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault})
+	e.WaitClaim(t, "transient", modifyTimeout, scenario.ModifiedTo("bronze"))
+
+	calls := e.Driver.ModifyCalls(t, vol)
+	n := len(calls)
+	ok := n >= 4 && maps.Equal(calls[n-2].MutableParameters, gold) && calls[n-2].Code == codes.OK &&
+		maps.Equal(calls[n-1].MutableParameters, bronze) && calls[n-1].Code == codes.OK
+	for _, c := range calls[:max(0, n-2)] {
+		ok = ok && maps.Equal(c.MutableParameters, gold) && c.Code == codes.Unavailable
+	}
+	if !ok {
+		t.Errorf("ControllerModifyVolume calls %s, want gold refused with UNAVAILABLE (before and after the change to bronze), gold OK, then bronze OK", describeModifyCalls(calls))
+	}
+}
+
+// A final error (INTERNAL) ends the call: the driver is not working on gold any more, so a
+// changed spec is followed at once, without the retry wait.
+func testModifyFinalFollowsSpec(t *testing.T, e *scenario.Env) {
+	_, pv := e.NewClaimWithClass(t, "final", "1Gi", "silver")
+	vol := pv.Spec.CSI.VolumeHandle
+	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault, {Method: "ControllerModifyVolume", VolumeID: vol, MutableParameter: "tier=gold", Code: codes.Internal, Message: "backend error"}})
+	t.Cleanup(func() { e.Driver.SetFaults(t, []framework.Fault{infeasibleFault}) })
+	e.SetClass(t, "final", "gold")
+	e.WaitClaim(t, "final", modifyTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		inProgress, _ := scenario.InModifyStatus(v1.PersistentVolumeClaimModifyVolumeInProgress, "gold")(pvc)
+		c := scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+		return inProgress && c != nil && c.Reason == "Internal", "want InProgress for gold with an Internal ModifyVolumeError"
+	})
+	e.SetClass(t, "final", "bronze")
+	e.WaitClaim(t, "final", modifyTimeout, scenario.ModifiedTo("bronze"))
+	calls := e.Driver.ModifyCalls(t, vol)
+	// The gold retries back off from 200ms; whether one came before the change is timing.
+	n := len(calls)
+	ok := n >= 2 && maps.Equal(calls[n-1].MutableParameters, bronze) && calls[n-1].Code == codes.OK
+	for _, c := range calls[:max(0, n-1)] {
+		ok = ok && maps.Equal(c.MutableParameters, gold) && c.Code == codes.Internal
+	}
+	if !ok {
+		t.Errorf("ControllerModifyVolume calls %s, want gold refused with INTERNAL, then bronze OK", describeModifyCalls(calls))
+	}
+}
+
 // Expansion and modification of one PVC at once (rule 19). The driver holds the expansion's
 // call (3 s) and then the modification's (6 s): the class changes while the expansion is under
 // way, and the expansion's answer comes back while the modification is under way, so each
@@ -296,9 +362,9 @@ func checkNothingDropped(t *testing.T, vs []*v1.PersistentVolumeClaim) {
 }
 
 // Rollback: the PVC made infeasible at the start of TestModify is still Infeasible, with exactly
-// the one refused call, after the other scenarios ran (a retry before --retry-interval-max would
-// show here). Set back to its current class, the modification is cancelled: status and
-// conditions cleared, a Normal event, no call.
+// the one refused call, after the other scenarios and a restart of the resizer (a retry before
+// --retry-interval-max, by either process, would show here). Set back to its current class, the
+// modification is cancelled: status and conditions cleared, a Normal event, no call.
 func testModifyRollback(t *testing.T, e *scenario.Env, vol string, infeasibleSince time.Time) {
 	pvc := e.PVC(t, "rollback")
 	if ok, why := infeasible("bad")(pvc); !ok {
@@ -321,31 +387,45 @@ func testModifyRollback(t *testing.T, e *scenario.Env, vol string, infeasibleSin
 	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{bad, codes.InvalidArgument})
 	framework.Eventually(t, 30*time.Second, func() (bool, string) {
 		body := scenario.Scrape(t, e.Resizer)
-		v := scenario.MetricValue(body, "csi_resizer_volume_modify_infeasible", `persistentvolumeclaim="rollback"`)
-		return v == 0 && !strings.Contains(body, `persistentvolumeclaim="rollback"`), "the infeasible series of rollback is still exported"
+		return !strings.Contains(body, `persistentvolumeclaim="rollback"`), "the infeasible series of rollback is still exported"
 	})
+	// The restarted resizer counts the cancellation; it saw the modification's start only
+	// through the PVC, which it needs no call for.
+	if v := scenario.MetricValue(scenario.Scrape(t, e.Resizer), "csi_resizer_volume_modifications_total", `result="cancelled"`); v != 1 {
+		t.Errorf("csi_resizer_volume_modifications_total{result=\"cancelled\"} = %v, want 1", v)
+	}
 }
 
-// The metrics the sidecar exports after the scenarios above: 4 successes (success, retarget,
-// pending, both), 2 infeasible answers (retarget, rollback), 1 cancellation (rollback), each
-// INVALID_ARGUMENT counted once as infeasible, no PVC left in any modify status. And the success
-// PVC was written by no one since its modification ended.
+// The metrics the sidecar exports after the scenarios above: 7 successes (success, retarget,
+// pending, transient's gold and then bronze, final, both), 2 infeasible answers (rollback, retarget), each
+// INVALID_ARGUMENT counted once as infeasible, the other errors by code and class, and the
+// rollback PVC, still Infeasible, in the scrape-time gauges. And the success PVC was written by
+// no one since its modification ended.
 func testModifyMetrics(t *testing.T, e *scenario.Env, success *scenario.ClaimHistory) {
 	body := scenario.Scrape(t, e.Resizer)
+	transientFailures := 0
+	for _, c := range e.Driver.Calls(t, "ControllerModifyVolume") {
+		if c.Code == codes.Unavailable {
+			transientFailures++
+		}
+	}
 	want := []struct {
 		metric string
 		labels []string
 		value  float64
 	}{
-		{"csi_resizer_volume_modifications_total", []string{`result="success"`}, 4},
+		{"csi_resizer_volume_modifications_total", []string{`result="success"`}, 7},
 		{"csi_resizer_volume_modifications_total", []string{`result="infeasible"`}, 2},
-		{"csi_resizer_volume_modifications_total", []string{`result="cancelled"`}, 1},
+		{"csi_resizer_volume_modifications_total", []string{`result="cancelled"`}, 0},
 		{"csi_resizer_controller_modify_errors_total", []string{`grpc_code="InvalidArgument"`, `class="infeasible"`}, 2},
-		{"csi_resizer_controller_modify_errors_total", nil, 2},
-		{"csi_resizer_modification_duration_seconds_count", []string{`result="success"`}, 4},
-		{"csi_resizer_modify_volumes", []string{`status="Infeasible"`}, 0},
-		{"csi_resizer_modify_volumes", nil, 0},
-		{"csi_resizer_volume_modify_infeasible", nil, 0},
+		{"csi_resizer_controller_modify_errors_total", []string{`grpc_code="Internal"`, `class="final"`}, 1},
+		{"csi_resizer_controller_modify_errors_total", []string{`grpc_code="Unavailable"`, `class="transient"`}, float64(transientFailures)},
+		{"csi_resizer_controller_modify_errors_total", nil, float64(3 + transientFailures)},
+		{"csi_resizer_modification_duration_seconds_count", []string{`result="success"`}, 7},
+		{"csi_resizer_modify_volumes", []string{`status="Infeasible"`}, 1},
+		{"csi_resizer_modify_volumes", nil, 1},
+		{"csi_resizer_volume_modify_infeasible", []string{`persistentvolumeclaim="rollback"`, `target="bad"`}, 1},
+		{"csi_resizer_volume_modify_infeasible", nil, 1},
 	}
 	for _, w := range want {
 		if got := scenario.MetricValue(body, w.metric, w.labels...); got != w.value {
