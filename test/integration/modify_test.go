@@ -71,6 +71,7 @@ func TestModify(t *testing.T) {
 	// The resizer restarts here: the rollback PVC stays Infeasible across it.
 	t.Run("resizer killed during the call", func(t *testing.T) { testModifyKilledDuringCall(t, e) })
 	t.Run("rollback", func(t *testing.T) { testModifyRollback(t, e, rbPV.Spec.CSI.VolumeHandle, infeasibleSince) })
+	t.Run("rollback to no class", func(t *testing.T) { testModifyRollbackToNoClass(t, e) })
 }
 
 // infeasible is the state an INVALID_ARGUMENT answer for class leaves: modifyVolumeStatus
@@ -396,6 +397,25 @@ func testModifyRollback(t *testing.T, e *scenario.Env, vol string, infeasibleSin
 	}
 }
 
+// Rollback of a PVC that had no class: the class is unset again while Infeasible, which
+// cancels the modification as setting the current class back does (rule 17).
+func testModifyRollbackToNoClass(t *testing.T, e *scenario.Env) {
+	_, pv := e.NewClaim(t, "noclass", "1Gi")
+	vol := pv.Spec.CSI.VolumeHandle
+	e.SetClass(t, "noclass", "bad")
+	e.WaitClaim(t, "noclass", modifyTimeout, infeasible("bad"))
+	e.SetClass(t, "noclass", "")
+	e.WaitClaim(t, "noclass", modifyTimeout, scenario.ModifiedTo(""))
+	ev := e.WaitEvent(t, "noclass", "VolumeModifyCancelled", 30*time.Second)
+	if ev.Type != v1.EventTypeNormal || !strings.Contains(ev.Message, "bad") {
+		t.Errorf("VolumeModifyCancelled event %s %q, want a Normal event naming bad", ev.Type, ev.Message)
+	}
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{bad, codes.InvalidArgument})
+	if got := e.PV(t, pv.Name).Spec.VolumeAttributesClassName; got != nil {
+		t.Errorf("PV spec.volumeAttributesClassName = %q, want unset", *got)
+	}
+}
+
 // The metrics the sidecar exports after the scenarios above: 7 successes (success, retarget,
 // pending, transient's gold and then bronze, final, both), 2 infeasible answers (rollback, retarget), each
 // INVALID_ARGUMENT counted once as infeasible, the other errors by code and class, and the
@@ -479,15 +499,14 @@ func testModifyKilledDuringCall(t *testing.T, e *scenario.Env) {
 }
 
 // A driver that can modify volumes but not expand them starts, says modification is on, and
-// modifies.
+// modifies a volume provisioned without a class.
 func TestModifyOnlyDriver(t *testing.T) {
 	e := startMock(t, scenario.Options{Mock: framework.MockDriverOptions{ModifyOnly: true}})
 	if !e.Resizer.LogContains("VolumeAttributesClass modification on") {
 		t.Fatalf("the resizer did not turn modification on:\n%s", e.Resizer.LogTail(30))
 	}
-	e.CreateClass(t, "silver", silver)
 	e.CreateClass(t, "gold", gold)
-	_, pv := e.NewClaimWithClass(t, "data", "1Gi", "silver")
+	_, pv := e.NewClaim(t, "data", "1Gi")
 	e.SetClass(t, "data", "gold")
 	e.WaitClaim(t, "data", modifyTimeout, scenario.ModifiedTo("gold"))
 	wantModifyCalls(t, e.Driver.ModifyCalls(t, pv.Spec.CSI.VolumeHandle), modifyCall{gold, codes.OK})

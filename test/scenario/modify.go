@@ -36,10 +36,15 @@ func (e *Env) CreateClass(t testing.TB, name string, params map[string]string) *
 	return out
 }
 
-// SetClass sets the PVC's spec.volumeAttributesClassName, as `kubectl patch` would.
+// SetClass sets the PVC's spec.volumeAttributesClassName, as `kubectl patch` would; "" unsets it
+// (which the apiserver allows only while no class is current).
 func (e *Env) SetClass(t testing.TB, claim, class string) {
 	t.Helper()
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"volumeAttributesClassName": class}})
+	var value any = class
+	if class == "" {
+		value = nil
+	}
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"volumeAttributesClassName": value}})
 	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).Patch(e.Ctx, claim, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("setting the VolumeAttributesClass of %s to %s: %v", claim, class, err)
 	}
