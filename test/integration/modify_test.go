@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/test/framework"
 	"github.com/csi-resizer/csi-resizer/test/scenario"
@@ -52,6 +54,7 @@ func TestModify(t *testing.T) {
 	if !e.Resizer.LogContains("VolumeAttributesClass modification on") {
 		t.Fatalf("the resizer did not turn modification on:\n%s", e.Resizer.LogTail(30))
 	}
+	scenario.ApplyShippedSecretsRBAC(t, e.Cluster, e.Namespace)
 
 	// The rollback scenario's PVC goes infeasible first and stays so while the others run: the
 	// time they take is the window in which an infeasible class must not be called again.
@@ -68,6 +71,7 @@ func TestModify(t *testing.T) {
 	t.Run("final error follows the spec", func(t *testing.T) { testModifyFinalFollowsSpec(t, e) })
 	t.Run("expand and modify together", func(t *testing.T) { testExpandAndModify(t, e) })
 	t.Run("metrics", func(t *testing.T) { testModifyMetrics(t, e, successHistory) })
+	t.Run("controller-modify secret", func(t *testing.T) { testModifySecret(t, e) })
 	// The resizer restarts here: the rollback PVC stays Infeasible across it.
 	t.Run("resizer killed during the call", func(t *testing.T) { testModifyKilledDuringCall(t, e) })
 	t.Run("rollback", func(t *testing.T) { testModifyRollback(t, e, rbPV.Spec.CSI.VolumeHandle, infeasibleSince) })
@@ -458,6 +462,50 @@ func testModifyMetrics(t *testing.T, e *scenario.Env, success *scenario.ClaimHis
 		}
 	}
 	checkSuccessWrites(t, success)
+}
+
+// The controller-modify secret, named by the PV's annotations (external-provisioner's), is read
+// when the call is made, with the shipped RBAC and its secrets component. While it is missing
+// the resizer says so in a Warning naming it, and records nothing in the PVC: no InProgress for
+// a call that was never made (rule 12). Once it exists, the call carries it.
+func testModifySecret(t *testing.T, e *scenario.Env) {
+	sa := "system:serviceaccount:" + e.Namespace + ":csi-resizer"
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		out, _ := e.Cluster.Kubectl(t, "auth", "can-i", "get", "secrets", "--as="+sa, "-n", e.Namespace)
+		return strings.TrimSpace(out) == "yes", "the secrets component is not in effect yet: can-i get secrets = " + out
+	})
+	_, pv := e.NewClaimWithClassAnnotated(t, "secret", "1Gi", "silver", map[string]string{
+		"volume.kubernetes.io/controller-modify-secret-name":      "modify-creds",
+		"volume.kubernetes.io/controller-modify-secret-namespace": e.Namespace,
+	})
+	vol := pv.Spec.CSI.VolumeHandle
+	e.SetClass(t, "secret", "gold")
+	ev := e.WaitEvent(t, "secret", "VolumeModifyFailed", modifyTimeout)
+	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, e.Namespace+"/modify-creds") || !strings.Contains(ev.Message, pv.Name) {
+		t.Errorf("VolumeModifyFailed event %s %q, want a Warning naming the secret %s/modify-creds and PV %s", ev.Type, ev.Message, e.Namespace, pv.Name)
+	}
+	if pvc := e.PVC(t, "secret"); pvc.Status.ModifyVolumeStatus != nil || scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyingVolume) != nil {
+		t.Errorf("the PVC records a modification whose call was never made: %s", scenario.Describe(pvc))
+	}
+	if calls := e.Driver.ModifyCalls(t, vol); len(calls) != 0 {
+		t.Errorf("ControllerModifyVolume calls %s without the secret, want none", describeModifyCalls(calls))
+	}
+
+	secret := &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "modify-creds", Namespace: e.Namespace}, StringData: map[string]string{"password": "s3cret"}}
+	if _, err := e.Client.CoreV1().Secrets(e.Namespace).Create(e.Ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitClaim(t, "secret", modifyTimeout, scenario.ModifiedTo("gold"))
+	calls := e.Driver.ModifyCalls(t, vol)
+	wantModifyCalls(t, calls, modifyCall{gold, codes.OK})
+	if len(calls) == 1 {
+		var req struct {
+			Secrets map[string]string `json:"secrets"`
+		}
+		if err := json.Unmarshal(calls[0].Request, &req); err != nil || !maps.Equal(req.Secrets, map[string]string{"password": "s3cret"}) {
+			t.Errorf("the call's secrets %v (%v), want the controller-modify secret's data; request %s", req.Secrets, err, calls[0].Request)
+		}
+	}
 }
 
 // The resizer is killed while the driver holds its call for gold; the user then asks for

@@ -55,12 +55,24 @@ func (e *Env) SetClass(t testing.TB, claim, class string) {
 // for it, written in that order, so that at no moment does the PVC ask the resizer for work.
 func (e *Env) NewClaimWithClass(t testing.TB, name, size, class string) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
 	t.Helper()
+	return e.NewClaimWithClassAnnotated(t, name, size, class, nil)
+}
+
+// NewClaimWithClassAnnotated is NewClaimWithClass with pvAnnotations added to the PV in the
+// write that gives it the class (e.g. the controller-modify secret annotations
+// external-provisioner sets), before the PVC asks for the class.
+func (e *Env) NewClaimWithClassAnnotated(t testing.TB, name, size, class string, pvAnnotations map[string]string) (*v1.PersistentVolumeClaim, *v1.PersistentVolume) {
+	t.Helper()
 	_, pv := e.NewClaim(t, name, size)
 	status, _ := json.Marshal(map[string]any{"status": map[string]any{"currentVolumeAttributesClassName": class}})
 	if _, err := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace).Patch(e.Ctx, name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatalf("setting the current VolumeAttributesClass of %s: %v", name, err)
 	}
-	spec, _ := json.Marshal(map[string]any{"spec": map[string]any{"volumeAttributesClassName": class}})
+	pvPatch := map[string]any{"spec": map[string]any{"volumeAttributesClassName": class}}
+	if len(pvAnnotations) > 0 {
+		pvPatch["metadata"] = map[string]any{"annotations": pvAnnotations}
+	}
+	spec, _ := json.Marshal(pvPatch)
 	pv, err := e.Client.CoreV1().PersistentVolumes().Patch(e.Ctx, pv.Name, types.MergePatchType, spec, metav1.PatchOptions{})
 	if err != nil {
 		t.Fatalf("setting the VolumeAttributesClass of PV %s: %v", pv.Name, err)
