@@ -95,7 +95,7 @@ func infeasible(class string) func(*v1.PersistentVolumeClaim) (bool, string) {
 func describeModifyCalls(calls []framework.Call) string {
 	var out []string
 	for _, c := range calls {
-		out = append(out, fmt.Sprintf("%s %s tier=%s", c.Time.Format(time.StampMicro), c.CodeName, c.MutableParameters["tier"]))
+		out = append(out, fmt.Sprintf("%s %s %v", c.Time.Format(time.StampMicro), c.CodeName, c.MutableParameters))
 	}
 	return "[" + strings.Join(out, ", ") + "]"
 }
@@ -112,7 +112,7 @@ func wantModifyCalls(t *testing.T, calls []framework.Call, want ...modifyCall) {
 	if !ok {
 		var w []string
 		for _, c := range want {
-			w = append(w, fmt.Sprintf("%s tier=%s", c.code, c.params["tier"]))
+			w = append(w, fmt.Sprintf("%s %v", c.code, c.params))
 		}
 		t.Errorf("ControllerModifyVolume calls %s, want exactly [%s]", describeModifyCalls(calls), strings.Join(w, ", "))
 	}
@@ -547,9 +547,10 @@ func testModifyKilledDuringCall(t *testing.T, e *scenario.Env) {
 }
 
 // A driver that can modify volumes but not expand them starts, says modification is on, and
-// modifies a volume provisioned without a class.
+// modifies a volume provisioned without a class. With --extra-modify-metadata the call also
+// names the PVC and the PV, as upstream's does.
 func TestModifyOnlyDriver(t *testing.T) {
-	e := startMock(t, scenario.Options{Mock: framework.MockDriverOptions{ModifyOnly: true}})
+	e := startMock(t, scenario.Options{Mock: framework.MockDriverOptions{ModifyOnly: true}, ResizerArgs: []string{"--extra-modify-metadata"}})
 	if !e.Resizer.LogContains("VolumeAttributesClass modification on") {
 		t.Fatalf("the resizer did not turn modification on:\n%s", e.Resizer.LogTail(30))
 	}
@@ -557,7 +558,11 @@ func TestModifyOnlyDriver(t *testing.T) {
 	_, pv := e.NewClaim(t, "data", "1Gi")
 	e.SetClass(t, "data", "gold")
 	e.WaitClaim(t, "data", modifyTimeout, scenario.ModifiedTo("gold"))
-	wantModifyCalls(t, e.Driver.ModifyCalls(t, pv.Spec.CSI.VolumeHandle), modifyCall{gold, codes.OK})
+	withMetadata := maps.Clone(gold)
+	withMetadata["csi.storage.k8s.io/pvc/name"] = "data"
+	withMetadata["csi.storage.k8s.io/pvc/namespace"] = e.Namespace
+	withMetadata["csi.storage.k8s.io/pv/name"] = pv.Name
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, pv.Spec.CSI.VolumeHandle), modifyCall{withMetadata, codes.OK})
 	if got := e.PV(t, pv.Name).Spec.VolumeAttributesClassName; got == nil || *got != "gold" {
 		t.Errorf("PV spec.volumeAttributesClassName = %v, want gold", got)
 	}
