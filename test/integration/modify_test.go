@@ -69,6 +69,7 @@ func TestModify(t *testing.T) {
 	t.Run("class created after the PVC points at it", func(t *testing.T) { testModifyPendingClass(t, e) })
 	t.Run("transient error keeps the target", func(t *testing.T) { testModifyTransientKeepsTarget(t, e) })
 	t.Run("final error follows the spec", func(t *testing.T) { testModifyFinalFollowsSpec(t, e) })
+	t.Run("class changed during the call", func(t *testing.T) { testModifyChangedDuringCall(t, e) })
 	t.Run("expand and modify together", func(t *testing.T) { testExpandAndModify(t, e) })
 	t.Run("metrics", func(t *testing.T) { testModifyMetrics(t, e, successHistory) })
 	t.Run("controller-modify secret", func(t *testing.T) { testModifySecret(t, e) })
@@ -288,6 +289,32 @@ func testModifyFinalFollowsSpec(t *testing.T, e *scenario.Env) {
 	}
 }
 
+// The user changes the class while the driver holds the call for gold. The answer is recorded
+// over the PVC the user changed (the guarded write conflicts, the PVC is read again, no second
+// call): gold becomes current, and only then is bronze called.
+func testModifyChangedDuringCall(t *testing.T, e *scenario.Env) {
+	_, pv := e.NewClaimWithClass(t, "changed", "1Gi", "silver")
+	vol := pv.Spec.CSI.VolumeHandle
+	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault, {Method: "ControllerModifyVolume", VolumeID: vol, MutableParameter: "tier=gold", Delay: 2 * time.Second, Times: 1}})
+	t.Cleanup(func() { e.Driver.SetFaults(t, []framework.Fault{infeasibleFault}) })
+	h := e.WatchClaim(t, "changed", "")
+	e.SetClass(t, "changed", "gold")
+	framework.Eventually(t, modifyTimeout, func() (bool, string) {
+		return scenario.LoggedModifyCall(e.Resizer, vol, "gold"), "the resizer has not logged its ControllerModifyVolume call for " + vol
+	})
+	e.SetClass(t, "changed", "bronze")
+	e.WaitClaim(t, "changed", modifyTimeout, scenario.ModifiedTo("bronze"))
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, vol), modifyCall{gold, codes.OK}, modifyCall{bronze, codes.OK})
+	h.Wait(t, modifyTimeout, "with gold current", func(pvc *v1.PersistentVolumeClaim) bool {
+		return scenario.CurrentClass(pvc) == "gold"
+	})
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		evs := e.Events(t, "changed", "VolumeModifySuccessful")
+		return len(evs) == 2 && strings.Contains(evs[0].Message, "gold") && strings.Contains(evs[1].Message, "bronze"),
+			"VolumeModifySuccessful events " + scenario.DescribeEvents(evs) + ", want one for gold and then one for bronze"
+	})
+}
+
 // Expansion and modification of one PVC at once (rule 19). The driver holds the expansion's
 // call (3 s) and then the modification's (6 s): the class changes while the expansion is under
 // way, and the expansion's answer comes back while the modification is under way, so each
@@ -420,8 +447,8 @@ func testModifyRollbackToNoClass(t *testing.T, e *scenario.Env) {
 	}
 }
 
-// The metrics the sidecar exports after the scenarios above: 7 successes (success, retarget,
-// pending, transient's gold and then bronze, final, both), 2 infeasible answers (rollback, retarget), each
+// The metrics the sidecar exports after the scenarios above: 9 successes (success, retarget,
+// pending, transient's gold and then bronze, final, changed's gold and then bronze, both), 2 infeasible answers (rollback, retarget), each
 // INVALID_ARGUMENT counted once as infeasible, the other errors by code and class, and the
 // rollback PVC, still Infeasible, in the scrape-time gauges. And the success PVC was written by
 // no one since its modification ended.
@@ -438,14 +465,14 @@ func testModifyMetrics(t *testing.T, e *scenario.Env, success *scenario.ClaimHis
 		labels []string
 		value  float64
 	}{
-		{"csi_resizer_volume_modifications_total", []string{`result="success"`}, 7},
+		{"csi_resizer_volume_modifications_total", []string{`result="success"`}, 9},
 		{"csi_resizer_volume_modifications_total", []string{`result="infeasible"`}, 2},
 		{"csi_resizer_volume_modifications_total", []string{`result="cancelled"`}, 0},
 		{"csi_resizer_controller_modify_errors_total", []string{`grpc_code="InvalidArgument"`, `class="infeasible"`}, 2},
 		{"csi_resizer_controller_modify_errors_total", []string{`grpc_code="Internal"`, `class="final"`}, 1},
 		{"csi_resizer_controller_modify_errors_total", []string{`grpc_code="Unavailable"`, `class="transient"`}, float64(transientFailures)},
 		{"csi_resizer_controller_modify_errors_total", nil, float64(3 + transientFailures)},
-		{"csi_resizer_modification_duration_seconds_count", []string{`result="success"`}, 7},
+		{"csi_resizer_modification_duration_seconds_count", []string{`result="success"`}, 9},
 		{"csi_resizer_modify_volumes", []string{`status="Infeasible"`}, 1},
 		{"csi_resizer_modify_volumes", nil, 1},
 		{"csi_resizer_volume_modify_infeasible", []string{`persistentvolumeclaim="rollback"`, `target="bad"`}, 1},
@@ -515,13 +542,15 @@ func testModifySecret(t *testing.T, e *scenario.Env) {
 func testModifyKilledDuringCall(t *testing.T, e *scenario.Env) {
 	_, pv := e.NewClaimWithClass(t, "killed", "1Gi", "silver")
 	vol := pv.Spec.CSI.VolumeHandle
-	// The driver holds the first gold call past the kill, as a slow backend would.
-	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault, {Method: "ControllerModifyVolume", VolumeID: vol, MutableParameter: "tier=gold", Delay: 30 * time.Second, Times: 1}})
+	// The driver holds the first gold call past the kill, as a slow backend would; 8 s leaves a
+	// loaded machine time to kill the resizer first, and is short enough to wait out below.
+	e.Driver.SetFaults(t, []framework.Fault{infeasibleFault, {Method: "ControllerModifyVolume", VolumeID: vol, MutableParameter: "tier=gold", Delay: 8 * time.Second, Times: 1}})
 	e.SetClass(t, "killed", "gold")
 	e.WaitClaim(t, "killed", modifyTimeout, scenario.InModifyStatus(v1.PersistentVolumeClaimModifyVolumeInProgress, "gold"))
 	framework.Eventually(t, 30*time.Second, func() (bool, string) {
 		return scenario.LoggedModifyCall(e.Resizer, vol, "gold"), "the resizer has not logged its ControllerModifyVolume call for " + vol
 	})
+	killed := time.Now()
 	if err := e.Resizer.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -544,6 +573,18 @@ func testModifyKilledDuringCall(t *testing.T, e *scenario.Env) {
 	if got := e.PV(t, pv.Name).Spec.VolumeAttributesClassName; got == nil || *got != "bronze" {
 		t.Errorf("PV spec.volumeAttributesClassName = %v, want bronze", got)
 	}
+	// The killed resizer really was mid-call: its gold call reached the driver before the
+	// restart and was answered after the kill (the mock logs a call when it answers).
+	framework.Eventually(t, 30*time.Second, func() (bool, string) {
+		calls := e.Driver.ModifyCalls(t, vol)
+		for _, c := range calls {
+			if c.Time.Before(restarted) && c.End().After(killed) && maps.Equal(c.MutableParameters, gold) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no gold call arrived before the restart (%s) and was answered after the kill (%s): %s",
+			restarted.Format(time.StampMicro), killed.Format(time.StampMicro), describeModifyCalls(calls))
+	})
 }
 
 // A driver that can modify volumes but not expand them starts, says modification is on, and

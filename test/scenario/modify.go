@@ -3,7 +3,6 @@ package scenario
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,12 +134,7 @@ func describeClass(pvc *v1.PersistentVolumeClaim) string {
 // the call, and the driver logs a call only when it answers, so a test that must act while the
 // call is in flight waits for this line.
 func LoggedModifyCall(p *framework.Process, vol, class string) bool {
-	for _, line := range strings.Split(p.Log(), "\n") {
-		if strings.Contains(line, "Calling ControllerModifyVolume") && strings.Contains(line, vol) && strings.Contains(line, `class="`+class+`"`) {
-			return true
-		}
-	}
-	return false
+	return loggedCall(p, "Calling ControllerModifyVolume", "volumeID", vol, "class", class)
 }
 
 // ClaimHistory records every version of one PVC that the apiserver's watch delivers, from the
