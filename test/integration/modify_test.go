@@ -607,4 +607,14 @@ func TestModifyOnlyDriver(t *testing.T) {
 	if got := e.PV(t, pv.Name).Spec.VolumeAttributesClassName; got == nil || *got != "gold" {
 		t.Errorf("PV spec.volumeAttributesClassName = %v, want gold", got)
 	}
+
+	// With the gate off such a driver has nothing to do: the resizer exits and says why.
+	off := framework.StartResizer(t, e.Cluster, e.Kubeconfig, e.Driver, "--feature-gates=VolumeAttributesClass=false")
+	err := off.WaitExit(time.Minute)
+	if code := off.ExitCode(); code <= 0 {
+		t.Fatalf("a resizer for a modify-only driver with VolumeAttributesClass off: exit code %d (%v), want it to fail\n%s", code, err, off.LogTail(20))
+	}
+	if !off.LogContains("can only modify volumes") || !off.LogContains("VolumeAttributesClass") {
+		t.Errorf("the resizer did not say why it stopped:\n%s", off.LogTail(20))
+	}
 }
