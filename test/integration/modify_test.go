@@ -64,14 +64,15 @@ func TestModify(t *testing.T) {
 	infeasibleSince := time.Now()
 
 	var successHistory *scenario.ClaimHistory
-	t.Run("success", func(t *testing.T) { successHistory = testModifySuccess(t, e) })
+	var successPV *scenario.History[*v1.PersistentVolume]
+	t.Run("success", func(t *testing.T) { successHistory, successPV = testModifySuccess(t, e) })
 	t.Run("infeasible then a new class", func(t *testing.T) { testModifyInfeasibleThenNewClass(t, e) })
 	t.Run("class created after the PVC points at it", func(t *testing.T) { testModifyPendingClass(t, e) })
 	t.Run("transient error keeps the target", func(t *testing.T) { testModifyTransientKeepsTarget(t, e) })
 	t.Run("final error follows the spec", func(t *testing.T) { testModifyFinalFollowsSpec(t, e) })
 	t.Run("class changed during the call", func(t *testing.T) { testModifyChangedDuringCall(t, e) })
 	t.Run("expand and modify together", func(t *testing.T) { testExpandAndModify(t, e) })
-	t.Run("metrics", func(t *testing.T) { testModifyMetrics(t, e, successHistory) })
+	t.Run("metrics", func(t *testing.T) { testModifyMetrics(t, e, successHistory, successPV) })
 	t.Run("controller-modify secret", func(t *testing.T) { testModifySecret(t, e) })
 	// The resizer restarts here: the rollback PVC stays Infeasible across it.
 	t.Run("resizer killed during the call", func(t *testing.T) { testModifyKilledDuringCall(t, e) })
@@ -126,12 +127,14 @@ type modifyCall struct {
 
 // Success: a PVC provisioned with silver is set to gold. One call with gold's parameters; the PV
 // and then the PVC's status say gold; nothing of the modification is left; one Normal event. The
-// resizer writes the PVC twice (InProgress before the call, the outcome after it; rule 18), which
-// the returned history lets the metrics step check again after the other scenarios ran.
-func testModifySuccess(t *testing.T, e *scenario.Env) *scenario.ClaimHistory {
+// resizer writes the PVC twice (InProgress before the call, the outcome after it) and the PV
+// once: the 3 writes of rule 18, which the returned histories let the metrics step check again
+// after the other scenarios ran.
+func testModifySuccess(t *testing.T, e *scenario.Env) (*scenario.ClaimHistory, *scenario.History[*v1.PersistentVolume]) {
 	_, pv := e.NewClaimWithClass(t, "success", "1Gi", "silver")
 	vol := pv.Spec.CSI.VolumeHandle
 	h := e.WatchClaim(t, "success", "")
+	pvh := e.WatchVolume(t, pv.Name, "")
 	e.SetClass(t, "success", "gold")
 	e.WaitClaim(t, "success", modifyTimeout, scenario.ModifiedTo("gold"))
 
@@ -146,14 +149,21 @@ func testModifySuccess(t *testing.T, e *scenario.Env) *scenario.ClaimHistory {
 	if evs := e.Events(t, "success", ""); len(evs) != 1 || evs[0].Count != 1 {
 		t.Errorf("events on the PVC %s, want only the one VolumeModifySuccessful", scenario.DescribeEvents(evs))
 	}
-	checkSuccessWrites(t, h)
-	return h
+	checkSuccessWrites(t, h, pvh)
+	return h, pvh
 }
 
 // checkSuccessWrites checks the success PVC's versions since the class was set: the user's spec
-// change, the resizer's InProgress (with ModifyingVolume) and its outcome, and nothing else.
-func checkSuccessWrites(t *testing.T, h *scenario.ClaimHistory) {
+// change, the resizer's InProgress (with ModifyingVolume) and its outcome, and nothing else; and
+// its PV's: the one write of the class.
+func checkSuccessWrites(t *testing.T, h *scenario.ClaimHistory, pvh *scenario.History[*v1.PersistentVolume]) {
 	t.Helper()
+	pvh.Wait(t, modifyTimeout, "with class gold", func(pv *v1.PersistentVolume) bool {
+		return pv.Spec.VolumeAttributesClassName != nil && *pv.Spec.VolumeAttributesClassName == "gold"
+	})
+	if n := len(pvh.Versions()); n != 1 {
+		t.Errorf("the PV was written %d times since the class was set, want once (its class)", n)
+	}
 	h.Wait(t, modifyTimeout, "modified to gold", func(pvc *v1.PersistentVolumeClaim) bool {
 		ok, _ := scenario.ModifiedTo("gold")(pvc)
 		return ok
@@ -452,7 +462,7 @@ func testModifyRollbackToNoClass(t *testing.T, e *scenario.Env) {
 // INVALID_ARGUMENT counted once as infeasible, the other errors by code and class, and the
 // rollback PVC, still Infeasible, in the scrape-time gauges. And the success PVC was written by
 // no one since its modification ended.
-func testModifyMetrics(t *testing.T, e *scenario.Env, success *scenario.ClaimHistory) {
+func testModifyMetrics(t *testing.T, e *scenario.Env, success *scenario.ClaimHistory, successPV *scenario.History[*v1.PersistentVolume]) {
 	body := scenario.Scrape(t, e.Resizer)
 	transientFailures := 0
 	for _, c := range e.Driver.Calls(t, "ControllerModifyVolume") {
@@ -488,7 +498,7 @@ func testModifyMetrics(t *testing.T, e *scenario.Env, success *scenario.ClaimHis
 			t.Errorf("csi_resizer_modify_volumes{status=%q} is not exported", status)
 		}
 	}
-	checkSuccessWrites(t, success)
+	checkSuccessWrites(t, success, successPV)
 }
 
 // The controller-modify secret, named by the PV's annotations (external-provisioner's), is read

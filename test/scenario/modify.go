@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -137,13 +138,20 @@ func LoggedModifyCall(p *framework.Process, vol, class string) bool {
 	return loggedCall(p, "Calling ControllerModifyVolume", "volumeID", vol, "class", class)
 }
 
-// ClaimHistory records every version of one PVC that the apiserver's watch delivers, from the
+// History records every version of one object that the apiserver's watch delivers, from the
 // version it started at, until the test ends: what a test that must see an intermediate state
 // (or count writes) reads, where polling could miss a version.
-type ClaimHistory struct {
+type History[T interface {
+	runtime.Object
+	metav1.Object
+}] struct {
 	mu       sync.Mutex
-	versions []*v1.PersistentVolumeClaim
+	versions []T
+	describe func(T) string
 }
+
+// ClaimHistory is the History of a PVC.
+type ClaimHistory = History[*v1.PersistentVolumeClaim]
 
 // WatchClaim starts recording the PVC's versions after resourceVersion rv (the PVC's current
 // one when rv is "").
@@ -152,14 +160,46 @@ func (e *Env) WatchClaim(t testing.TB, name, rv string) *ClaimHistory {
 	if rv == "" {
 		rv = e.PVC(t, name).ResourceVersion
 	}
-	h := &ClaimHistory{}
+	pvcs := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace)
+	return watchHistory(t, e, rv, Describe, func(rv string) (watch.Interface, error) {
+		return pvcs.Watch(e.Ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
+	})
+}
+
+// WatchVolume starts recording the PV's versions after resourceVersion rv (the PV's current one
+// when rv is "").
+func (e *Env) WatchVolume(t testing.TB, name, rv string) *History[*v1.PersistentVolume] {
+	t.Helper()
+	if rv == "" {
+		rv = e.PV(t, name).ResourceVersion
+	}
+	pvs := e.Client.CoreV1().PersistentVolumes()
+	describe := func(pv *v1.PersistentVolume) string {
+		class := ""
+		if c := pv.Spec.VolumeAttributesClassName; c != nil {
+			class = *c
+		}
+		capacity := pv.Spec.Capacity[v1.ResourceStorage]
+		return fmt.Sprintf("PV %s: capacity=%s class=%q annotations=%v", pv.Name, capacity.String(), class, pv.Annotations)
+	}
+	return watchHistory(t, e, rv, describe, func(rv string) (watch.Interface, error) {
+		return pvs.Watch(e.Ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
+	})
+}
+
+// watchHistory records what open delivers, from rv on, opening it again from the last version
+// seen when the apiserver ends a watch.
+func watchHistory[T interface {
+	runtime.Object
+	metav1.Object
+}](t testing.TB, e *Env, rv string, describe func(T) string, open func(rv string) (watch.Interface, error)) *History[T] {
+	h := &History[T]{describe: describe}
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	pvcs := e.Client.CoreV1().PersistentVolumeClaims(e.Namespace)
 	go func() {
 		defer close(done)
 		for {
-			w, err := pvcs.Watch(e.Ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
+			w, err := open(rv)
 			if err != nil {
 				return // the test is over (its context is done) or the apiserver is gone
 			}
@@ -180,7 +220,7 @@ func (e *Env) WatchClaim(t testing.TB, name, rv string) *ClaimHistory {
 
 // drain records the versions a watch delivers until it ends or stop closes; it returns the last
 // resourceVersion seen.
-func (h *ClaimHistory) drain(w watch.Interface, rv string, stop <-chan struct{}) string {
+func (h *History[T]) drain(w watch.Interface, rv string, stop <-chan struct{}) string {
 	for {
 		select {
 		case <-stop:
@@ -189,42 +229,42 @@ func (h *ClaimHistory) drain(w watch.Interface, rv string, stop <-chan struct{})
 			if !ok {
 				return rv
 			}
-			pvc, isPVC := ev.Object.(*v1.PersistentVolumeClaim)
-			if !isPVC || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+			obj, isT := ev.Object.(T)
+			if !isT || (ev.Type != watch.Added && ev.Type != watch.Modified) {
 				continue
 			}
-			rv = pvc.ResourceVersion
+			rv = obj.GetResourceVersion()
 			h.mu.Lock()
-			h.versions = append(h.versions, pvc)
+			h.versions = append(h.versions, obj)
 			h.mu.Unlock()
 		}
 	}
 }
 
 // Versions returns the versions recorded so far, oldest first.
-func (h *ClaimHistory) Versions() []*v1.PersistentVolumeClaim {
+func (h *History[T]) Versions() []T {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]*v1.PersistentVolumeClaim(nil), h.versions...)
+	return append([]T(nil), h.versions...)
 }
 
 // Wait polls until some recorded version satisfies cond and returns the first that does.
-func (h *ClaimHistory) Wait(t testing.TB, timeout time.Duration, what string, cond func(*v1.PersistentVolumeClaim) bool) *v1.PersistentVolumeClaim {
+func (h *History[T]) Wait(t testing.TB, timeout time.Duration, what string, cond func(T) bool) T {
 	t.Helper()
-	var found *v1.PersistentVolumeClaim
+	var found T
 	framework.Eventually(t, timeout, func() (bool, string) {
 		vs := h.Versions()
-		for _, pvc := range vs {
-			if cond(pvc) {
-				found = pvc
+		for _, v := range vs {
+			if cond(v) {
+				found = v
 				return true, ""
 			}
 		}
 		last := "none"
 		if len(vs) > 0 {
-			last = Describe(vs[len(vs)-1])
+			last = h.describe(vs[len(vs)-1])
 		}
-		return false, fmt.Sprintf("no version of the PVC %s among %d seen; the last: %s", what, len(vs), last)
+		return false, fmt.Sprintf("no version %s among %d seen; the last: %s", what, len(vs), last)
 	})
 	return found
 }
