@@ -62,6 +62,11 @@ func TestModify(t *testing.T) {
 	e.SetClass(t, "rollback", "bad")
 	e.WaitClaim(t, "rollback", modifyTimeout, infeasible("bad"))
 	infeasibleSince := time.Now()
+	// And this one waits, Pending, for a class that is created only after the restart.
+	e.NewClaimWithClass(t, "waiting", "1Gi", "silver")
+	e.SetClass(t, "waiting", "later")
+	e.WaitClaim(t, "waiting", modifyTimeout, scenario.InModifyStatus(v1.PersistentVolumeClaimModifyVolumePending, "later"))
+	waiting := e.WatchClaim(t, "waiting", "")
 
 	var successHistory *scenario.ClaimHistory
 	var successPV *scenario.History[*v1.PersistentVolume]
@@ -77,6 +82,7 @@ func TestModify(t *testing.T) {
 	// The resizer restarts here: the rollback PVC stays Infeasible across it.
 	t.Run("resizer killed during the call", func(t *testing.T) { testModifyKilledDuringCall(t, e) })
 	t.Run("rollback", func(t *testing.T) { testModifyRollback(t, e, rbPV.Spec.CSI.VolumeHandle, infeasibleSince) })
+	t.Run("pending across the restart", func(t *testing.T) { testModifyPendingAcrossRestart(t, e, waiting) })
 	t.Run("rollback to no class", func(t *testing.T) { testModifyRollbackToNoClass(t, e) })
 }
 
@@ -457,10 +463,27 @@ func testModifyRollbackToNoClass(t *testing.T, e *scenario.Env) {
 	}
 }
 
+// A PVC Pending since the start of TestModify for a class that does not exist: neither the first
+// resizer nor the restarted one wrote it again or repeated the Warning (the Pending status is
+// recorded once, rule 13). The class is created now, and the restarted resizer, woken by its
+// class informer, modifies the volume.
+func testModifyPendingAcrossRestart(t *testing.T, e *scenario.Env, waiting *scenario.ClaimHistory) {
+	if vs := waiting.Versions(); len(vs) != 0 {
+		t.Errorf("the Pending PVC was written %d times since it went Pending; the last: %s", len(vs), scenario.Describe(vs[len(vs)-1]))
+	}
+	if evs := e.Events(t, "waiting", "VolumeModifyFailed"); len(evs) != 1 || evs[0].Count != 1 {
+		t.Errorf("VolumeModifyFailed events %s, want the one of the first resizer", scenario.DescribeEvents(evs))
+	}
+	e.CreateClass(t, "later", late)
+	e.WaitClaim(t, "waiting", modifyTimeout, scenario.ModifiedTo("later"))
+	pvc := e.PVC(t, "waiting")
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, e.PV(t, pvc.Spec.VolumeName).Spec.CSI.VolumeHandle), modifyCall{late, codes.OK})
+}
+
 // The metrics the sidecar exports after the scenarios above: 9 successes (success, retarget,
 // pending, transient's gold and then bronze, final, changed's gold and then bronze, both), 2 infeasible answers (rollback, retarget), each
 // INVALID_ARGUMENT counted once as infeasible, the other errors by code and class, and the
-// rollback PVC, still Infeasible, in the scrape-time gauges. And the success PVC was written by
+// rollback PVC, still Infeasible, and the waiting one, Pending, in the scrape-time gauges. And the success PVC was written by
 // no one since its modification ended.
 func testModifyMetrics(t *testing.T, e *scenario.Env, success *scenario.ClaimHistory, successPV *scenario.History[*v1.PersistentVolume]) {
 	body := scenario.Scrape(t, e.Resizer)
@@ -484,7 +507,8 @@ func testModifyMetrics(t *testing.T, e *scenario.Env, success *scenario.ClaimHis
 		{"csi_resizer_controller_modify_errors_total", nil, float64(3 + transientFailures)},
 		{"csi_resizer_modification_duration_seconds_count", []string{`result="success"`}, 9},
 		{"csi_resizer_modify_volumes", []string{`status="Infeasible"`}, 1},
-		{"csi_resizer_modify_volumes", nil, 1},
+		{"csi_resizer_modify_volumes", []string{`status="Pending"`}, 1},
+		{"csi_resizer_modify_volumes", nil, 2},
 		{"csi_resizer_volume_modify_infeasible", []string{`persistentvolumeclaim="rollback"`, `target="bad"`}, 1},
 		{"csi_resizer_volume_modify_infeasible", nil, 1},
 	}
