@@ -652,3 +652,54 @@ func TestModifyOnlyDriver(t *testing.T) {
 		t.Errorf("the resizer did not say why it stopped:\n%s", off.LogTail(20))
 	}
 }
+
+// Under leader election only the leader modifies; when it dies during the call, the other
+// resizer takes the Lease over and finishes the recorded target.
+func TestModifyLeaderElection(t *testing.T) {
+	e := startMock(t, scenario.Options{
+		NoResizer: true,
+		Mock:      framework.MockDriverOptions{ModifyVolume: true},
+		ResizerArgs: []string{"--leader-election", "--leader-election-lease-duration=6s", "--leader-election-renew-deadline=4s",
+			"--leader-election-retry-period=1s", "--retry-interval-start=200ms", "--timeout=30s"},
+	})
+	a, b := e.StartResizer(t), e.StartResizer(t)
+	e.CreateClass(t, "gold", gold)
+	_, pv := e.NewClaim(t, "data", "1Gi")
+	vol := pv.Spec.CSI.VolumeHandle
+	// The driver holds the leader's call past the kill.
+	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerModifyVolume", VolumeID: vol, Delay: 10 * time.Second, Times: 1}})
+	e.SetClass(t, "data", "gold")
+	var leader, follower *framework.Process
+	framework.Eventually(t, modifyTimeout, func() (bool, string) {
+		switch {
+		case scenario.LoggedModifyCall(a, vol, "gold"):
+			leader, follower = a, b
+		case scenario.LoggedModifyCall(b, vol, "gold"):
+			leader, follower = b, a
+		}
+		return leader != nil, "neither resizer has logged a ControllerModifyVolume call for " + vol
+	})
+	if scenario.LoggedModifyCall(follower, vol, "gold") {
+		t.Fatalf("both resizers called the driver for %s", vol)
+	}
+	killed := time.Now()
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitClaim(t, "data", modifyTimeout, scenario.ModifiedTo("gold"))
+	if !scenario.LoggedModifyCall(follower, vol, "gold") {
+		t.Errorf("the modification was finished, but not by the new leader:\n%s", follower.LogTail(30))
+	}
+	var before, after int
+	for _, c := range e.Driver.ModifyCalls(t, vol) {
+		if c.Time.Before(killed) {
+			before++
+		} else {
+			after++
+		}
+	}
+	if before > 1 || after != 1 {
+		t.Errorf("ControllerModifyVolume calls: %d before the leader's death (want at most its one, still held), %d after (want the new leader's one): %s",
+			before, after, describeModifyCalls(e.Driver.ModifyCalls(t, vol)))
+	}
+}
