@@ -23,8 +23,8 @@ import (
 
 const modifyTimeout = time.Minute
 
-// The classes of these tests. "bad" names a tier the mock refuses (modifyFaults), so it is the
-// infeasible class.
+// The classes of these tests. "bad" names a tier the mock refuses (infeasibleFault), so it is
+// the infeasible class.
 var (
 	silver = map[string]string{"tier": "silver", "iops": "1000"}
 	gold   = map[string]string{"tier": "gold", "iops": "3000"}
@@ -39,7 +39,8 @@ var infeasibleFault = framework.Fault{Method: "ControllerModifyVolume", Code: co
 
 // TestModify runs the modification scenarios on one control plane, driver and resizer, each on
 // its own PVC, in order; the metrics are checked after them, then the resizer is killed and
-// restarted, and the PVC left Infeasible since the start is rolled back. --retry-interval-max is
+// restarted; the PVC left Infeasible since the start is rolled back, and the one left Pending
+// since the start gets its class. --retry-interval-max is
 // 10 minutes: an infeasible class is retried only after that (rule 16), by this resizer or the
 // restarted one, so within this test a second call for it is a bug; the start interval is small
 // so that every other retry is quick.
@@ -108,9 +109,8 @@ func describeModifyCalls(calls []framework.Call) string {
 	return "[" + strings.Join(out, ", ") + "]"
 }
 
-// wantModifyCalls checks the driver's ControllerModifyVolume calls for vol: exactly one per
-// entry of want, in order, each with that class's parameters (and nothing else: no
-// --extra-modify-metadata here) and code.
+// wantModifyCalls checks ControllerModifyVolume calls: exactly one per entry of want, in order,
+// each with exactly its parameters (the class's, nothing added) and code.
 func wantModifyCalls(t *testing.T, calls []framework.Call, want ...modifyCall) {
 	t.Helper()
 	ok := len(calls) == len(want)
