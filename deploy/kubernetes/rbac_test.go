@@ -39,11 +39,12 @@ var expectedRoles = []struct {
 		kind: "ClusterRole", name: "csi-resizer",
 		why: "the csi-resizer sidecar (rbac/clusterrole.yaml)",
 		grants: map[grant][]string{
-			{"", "persistentvolumes"}:             {"get", "list", "watch", "patch"},
-			{"", "persistentvolumeclaims"}:        {"get", "list", "watch"},
-			{"", "persistentvolumeclaims/status"}: {"patch"},
-			{"", "pods"}:                          {"get", "list", "watch"},
-			{"", "events"}:                        {"create", "patch"},
+			{"", "persistentvolumes"}:                     {"get", "list", "watch", "patch"},
+			{"", "persistentvolumeclaims"}:                {"get", "list", "watch"},
+			{"", "persistentvolumeclaims/status"}:         {"patch"},
+			{"", "pods"}:                                  {"get", "list", "watch"},
+			{"", "events"}:                                {"create", "patch"},
+			{"storage.k8s.io", "volumeattributesclasses"}: {"list", "watch"},
 		},
 	},
 	{

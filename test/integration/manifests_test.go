@@ -198,6 +198,9 @@ func TestManifestsRBACEffective(t *testing.T) {
 		{sidecar, "csi-driver", "update", "leases.coordination.k8s.io", "", true},
 		{sidecar, "elsewhere", "update", "leases.coordination.k8s.io", "", false},
 		{sidecar, "app", "patch", "statefulsets.apps", "", false},
+		{sidecar, "", "list", "volumeattributesclasses.storage.k8s.io", "", true},
+		{sidecar, "", "watch", "volumeattributesclasses.storage.k8s.io", "", true},
+		{sidecar, "", "create", "volumeattributesclasses.storage.k8s.io", "", false},
 		// statefulset-resizer
 		{controller, "app", "watch", "statefulsets.apps", "", true},
 		{controller, "app", "patch", "statefulsets.apps", "", true},

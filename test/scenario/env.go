@@ -48,7 +48,7 @@ type Options struct {
 func (o Options) needsMock() bool {
 	m := o.Mock
 	return o.MockDriver || m.Name != "" || m.NodeOnly || m.NodeExpansionRequired || m.OfflineExpansion ||
-		m.DisableAttach || len(m.Faults) > 0 || len(m.ExtraArgs) > 0
+		m.DisableAttach || m.ModifyVolume || m.ModifyOnly || len(m.Faults) > 0 || len(m.ExtraArgs) > 0
 }
 
 // Env is one running test environment.
@@ -107,22 +107,51 @@ func ApplyShippedRBAC(t testing.TB, cluster *framework.Cluster, ns string) strin
 // through a kustomization that sets namespace ns, the way a user installs it.
 func RenderInNamespace(t testing.TB, cluster *framework.Cluster, base, ns string) string {
 	t.Helper()
+	return renderInNamespace(t, cluster, ns, base)
+}
+
+// ApplyShippedSecretsRBAC applies deploy/kubernetes/rbac with its optional component
+// controller-expand-secrets into namespace ns, as a user whose StorageClass names
+// controller-expand or controller-modify secrets installs them (the component binds the base's
+// ServiceAccount, so it is rendered with the base; applying the base again changes nothing).
+func ApplyShippedSecretsRBAC(t testing.TB, cluster *framework.Cluster, ns string) {
+	t.Helper()
+	rbac := filepath.Join("deploy", "kubernetes", "rbac")
+	rendered := renderInNamespace(t, cluster, ns, rbac, filepath.Join(rbac, "controller-expand-secrets"))
+	if out, err := cluster.KubectlWithInput(t, rendered, "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the csi-resizer RBAC with controller-expand-secrets: %v\n%s", err, out)
+	}
+}
+
+// renderInNamespace renders a kustomization that sets namespace ns over the base at base and
+// the components (paths relative to the repository root).
+func renderInNamespace(t testing.TB, cluster *framework.Cluster, ns, base string, components ...string) string {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(root, base))
-	if err != nil {
-		t.Fatal(err)
+	rel := func(path string) string {
+		r, err := filepath.Rel(dir, filepath.Join(root, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n- %s\n", ns, rel)
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n- %s\n", ns, rel(base))
+	if len(components) > 0 {
+		k += "components:\n"
+		for _, c := range components {
+			k += "- " + rel(c) + "\n"
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rendered, err := cluster.Kubectl(t, "kustomize", dir)
 	if err != nil {
-		t.Fatalf("kustomize %s: %v", base, err)
+		t.Fatalf("kustomize %s %v: %v", base, components, err)
 	}
 	return rendered
 }
@@ -251,8 +280,8 @@ func reasons(evs []v1.Event) string {
 	return "[" + strings.Join(r, " | ") + "]"
 }
 
-// Describe renders what a test cares about in a PVC: request, capacity, allocated size, state
-// and conditions.
+// Describe renders what a test cares about in a PVC: request, capacity, allocated size, state,
+// the VolumeAttributesClass fields when there are any, and conditions.
 func Describe(pvc *v1.PersistentVolumeClaim) string {
 	spec := pvc.Spec.Resources.Requests[v1.ResourceStorage]
 	capacity := pvc.Status.Capacity[v1.ResourceStorage]
@@ -268,7 +297,7 @@ func Describe(pvc *v1.PersistentVolumeClaim) string {
 	for _, c := range pvc.Status.Conditions {
 		conds = append(conds, fmt.Sprintf("%s(%s: %s)", c.Type, c.Reason, c.Message))
 	}
-	return fmt.Sprintf("request=%s capacity=%s allocated=%s state=%s conditions=[%s]", spec.String(), capacity.String(), alloc, state, strings.Join(conds, ", "))
+	return fmt.Sprintf("request=%s capacity=%s allocated=%s state=%s%s conditions=[%s]", spec.String(), capacity.String(), alloc, state, describeClass(pvc), strings.Join(conds, ", "))
 }
 
 // Storage returns a PVC's storage quantities: request, capacity, allocated (zero if absent).

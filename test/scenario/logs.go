@@ -13,8 +13,20 @@ import (
 // ControllerExpandVolume for volume id vol: the state is written just before the call, so a
 // test that must act while the call is in flight waits for this line, not for the state.
 func LoggedExpandCall(p *framework.Process, vol string) bool {
+	return loggedCall(p, "Calling ControllerExpandVolume", "volumeID", vol)
+}
+
+// loggedCall reports whether p's log has a line with msg and every key=value pair of kv (klog's
+// text or JSON rendering of the key and value, matched whole: volume "1" is not volume "12").
+func loggedCall(p *framework.Process, msg string, kv ...string) bool {
 	for _, line := range strings.Split(p.Log(), "\n") {
-		if strings.Contains(line, "Calling ControllerExpandVolume") && strings.Contains(line, vol) {
+		ok := strings.Contains(line, msg)
+		for i := 0; ok && i+1 < len(kv); i += 2 {
+			text := fmt.Sprintf("%s=%q", kv[i], kv[i+1])
+			jsonForm := fmt.Sprintf("%q:%q", kv[i], kv[i+1])
+			ok = strings.Contains(line, text+" ") || strings.HasSuffix(line, text) || strings.Contains(line, jsonForm)
+		}
+		if ok {
 			return true
 		}
 	}
