@@ -16,6 +16,7 @@ import (
 	"errors"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -157,6 +158,13 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	plan := modify.Decide(o, c.class, c.cfg.Driver.Name)
 	logger.V(4).Info("Planned modification", "action", plan.Action, "target", plan.Target, "why", plan.Why)
 	switch plan.Action {
+	case modify.Nothing:
+		if plan.Target != "" {
+			// The class of a modification that may still be in effect is gone (rule 14): only
+			// its re-creation lets the resizer finish it. The recorder's correlator folds the
+			// repeats of this event at each resync into one.
+			c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventModifyFailed, "%s: create VolumeAttributesClass %s again for driver %s so that the modification can finish", plan.Why, plan.Target, c.cfg.Driver.Name)
+		}
 	case modify.MarkPending:
 		return 0, c.markPending(ctx, key, pvc, o, plan)
 	case modify.Cancel:

@@ -344,3 +344,25 @@ func TestIgnoresOtherClaims(t *testing.T) {
 		t.Errorf("%d calls, writes %v; want none", len(f.driver.calls), f.writes())
 	}
 }
+
+// TestInFlightClassGone (rule 14): a modification whose call may still be in effect is not
+// abandoned when its class disappears; the user is told how to let it finish.
+func TestInFlightClassGone(t *testing.T) {
+	pvc, pv := claim("data", "silver")
+	f := newFixture(t, false, pvc, pv, vac("silver", driverName), vac("gold", driverName))
+	f.setClass("data", "gold")
+	f.driver.errs = []error{status.Error(codes.Unavailable, "backend busy")}
+	f.clock.Step(f.sync("data"))
+	f.drainEvents()
+	if err := f.client.StorageV1().VolumeAttributesClasses().Delete(f.ctx, "gold", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.indexers[2].Delete(vac("gold", driverName))
+	f.sync("data")
+	if got := modifyStatus(f.pvc("data")); got != "InProgress/gold" || len(f.driver.calls) != 1 {
+		t.Errorf("status %q, %d calls; want InProgress/gold kept and no call", got, len(f.driver.calls))
+	}
+	if ev := f.drainEvents(); len(ev) != 1 || !strings.Contains(ev[0], "create VolumeAttributesClass gold again") {
+		t.Errorf("events %v, want one telling to re-create the class", ev)
+	}
+}
