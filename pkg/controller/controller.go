@@ -75,6 +75,9 @@ type Config struct {
 	// Fresh is shared with the modification controller, which writes the same PVCs
 	// (docs/design.md §2.11 rule 19); nil: the controller's own.
 	Fresh *freshness.Tracker
+	// Leading, with --leader-election, says whether this process may still act as the leader
+	// (leaseguard.Guard.Check); it is asked right before every driver call. nil: always.
+	Leading func() error
 }
 
 // Controller reconciles the PVCs of one driver.

@@ -424,3 +424,13 @@ func TestForgetsDeletedClaim(t *testing.T) {
 		t.Errorf("%v kept after the PVC was deleted", f.ctrl.failed)
 	}
 }
+
+// TestNoCallWithoutTheLease: a process that may have lost the Lease does not call the driver
+// (docs/design.md §2.1); the target it recorded is the next leader's, with the same call.
+func TestNoCallWithoutTheLease(t *testing.T) {
+	pvc, pv := claim("data", "2Gi", "1Gi")
+	f := newFixture(t, Config{Leading: func() error { return errors.New("lease lost") }}, pvc, pv)
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || f.driver.count() != 0 {
+		t.Fatalf("sync error %v, %d calls; want the lease error and no call", err, f.driver.count())
+	}
+}

@@ -34,6 +34,11 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	}
 	c.obs.Started(key, plan)
 
+	if err := c.leading(); err != nil {
+		// A paused leader woken after losing the Lease (docs/design.md §2.1): the recorded
+		// target is the new leader's to carry out, with the same call.
+		return 0, err
+	}
 	klog.FromContext(ctx).V(2).Info("Calling ControllerExpandVolume", "volumeID", req.VolumeID, "requiredBytes", req.RequiredBytes)
 	res, callErr := c.cfg.Expander.Expand(ctx, req)
 	if callErr != nil {
@@ -177,4 +182,12 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 	c.fresh.Wrote(key, pvc.ResourceVersion, out.ResourceVersion)
 	c.obs.Transition(pvc.Status, out.Status)
 	return out, nil
+}
+
+// leading is Config.Leading, nil when there is no leader election.
+func (c *Controller) leading() error {
+	if c.cfg.Leading == nil {
+		return nil
+	}
+	return c.cfg.Leading()
 }

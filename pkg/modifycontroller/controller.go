@@ -68,6 +68,9 @@ type Config struct {
 	// ExtraModifyMetadata is --extra-modify-metadata: the PVC's and PV's names go into the
 	// call's mutable parameters.
 	ExtraModifyMetadata bool
+	// Leading is asked right before every driver call, as the expansion controller's
+	// Config.Leading. nil: always.
+	Leading func() error
 }
 
 // Controller reconciles the VolumeAttributesClass of the PVCs of one driver.

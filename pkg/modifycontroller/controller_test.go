@@ -2,6 +2,7 @@ package modifycontroller
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -364,5 +365,17 @@ func TestInFlightClassGone(t *testing.T) {
 	}
 	if ev := f.drainEvents(); len(ev) != 1 || !strings.Contains(ev[0], "create VolumeAttributesClass gold again") {
 		t.Errorf("events %v, want one telling to re-create the class", ev)
+	}
+}
+
+// TestNoCallWithoutTheLease: a process that may have lost the Lease does not call the driver;
+// the recorded target is left for the leader (docs/design.md §2.1).
+func TestNoCallWithoutTheLease(t *testing.T) {
+	pvc, pv := claim("data", "silver")
+	f := newFixture(t, false, pvc, pv, vac("silver", driverName), vac("gold", driverName))
+	f.ctrl.cfg.Leading = func() error { return errors.New("lease lost") }
+	f.setClass("data", "gold")
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || len(f.driver.calls) != 0 {
+		t.Fatalf("sync error %v, %d calls; want the lease error and no call", err, len(f.driver.calls))
 	}
 }

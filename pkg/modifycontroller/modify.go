@@ -30,6 +30,11 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *v1.PersistentV
 	if err != nil {
 		return 0, err
 	}
+	if c.cfg.Leading != nil {
+		if err := c.cfg.Leading(); err != nil {
+			return 0, err // rule 14: the new leader repeats this call
+		}
+	}
 	klog.FromContext(ctx).V(2).Info("Calling ControllerModifyVolume", "volumeID", req.VolumeID, "class", plan.Target)
 	if callErr := c.cfg.Modifier.Modify(ctx, req); callErr != nil {
 		return c.modifyFailed(ctx, key, written, plan, callErr)

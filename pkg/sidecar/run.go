@@ -41,6 +41,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/leaseguard"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/prioritylimit"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
@@ -136,7 +137,15 @@ func run(ctx context.Context, opts *Options, version string) error {
 	recorder, stopEvents := newRecorder(ctx, events, driver.Name)
 	defer stopEvents()
 	rec := metrics.NewRecorder(driver.Name)
-	runners := newControllers(opts, driver, conn, client, recorder, rec, factory, expandOn, modifyOn)
+	// With --leader-election, the elector's own client reports its Lease renewals to the guard,
+	// which every driver call asks first (docs/design.md §2.1).
+	leConfig, leading := config, func() error { return nil }
+	if opts.Common.LeaderElection {
+		guard := leaseguard.New(opts.Common.LeaderElectionLeaseDuration, clock.RealClock{})
+		leConfig, leading = rest.CopyConfig(config), guard.Check
+		leConfig.Wrap(guard.Wrap)
+	}
+	runners := newControllers(opts, driver, conn, client, recorder, rec, factory, leading, expandOn, modifyOn)
 
 	mux := http.NewServeMux()
 	if addr := opts.HTTPAddress(); addr != "" {
@@ -150,7 +159,7 @@ func run(ctx context.Context, opts *Options, version string) error {
 	}
 
 	opts.LogStartupNotes(logger)
-	return runUntilStopped(ctx, opts, config, driver.Name, mux, func(ctx context.Context) error {
+	return runUntilStopped(ctx, opts, leConfig, driver.Name, mux, func(ctx context.Context) error {
 		factory.Start(ctx.Done())
 		return runAll(ctx, opts.Workers, runners)
 	})
@@ -164,7 +173,7 @@ type runner func(ctx context.Context, workers int) error
 // informers and with one freshness tracker, so neither decides on a PVC version the other's
 // write replaced.
 func newControllers(opts *Options, driver csi.Driver, conn *grpc.ClientConn, client kubernetes.Interface, recorder record.EventRecorder,
-	rec *metrics.Recorder, factory informers.SharedInformerFactory, expandOn, modifyOn bool) []runner {
+	rec *metrics.Recorder, factory informers.SharedInformerFactory, leading func() error, expandOn, modifyOn bool) []runner {
 	pvcs := factory.Core().V1().PersistentVolumeClaims()
 	pvs := factory.Core().V1().PersistentVolumes()
 	driverClient := csi.NewClient(conn, opts.Timeout)
@@ -174,7 +183,7 @@ func newControllers(opts *Options, driver csi.Driver, conn *grpc.ClientConn, cli
 	if expandOn {
 		runners = append(runners, controller.New(controller.Config{
 			Driver: driver, Expander: driverClient, Client: client, Writer: writer, Recorder: recorder, Metrics: rec,
-			Clock: clock.RealClock{}, Fresh: fresh,
+			Clock: clock.RealClock{}, Fresh: fresh, Leading: leading,
 			RetryIntervalStart: opts.RetryIntervalStart,
 			RetryIntervalMax:   opts.RetryIntervalMax,
 			HandleVolumeInUse:  opts.HandleVolumeInUseError,
@@ -185,7 +194,7 @@ func newControllers(opts *Options, driver csi.Driver, conn *grpc.ClientConn, cli
 	if modifyOn {
 		runners = append(runners, modifycontroller.New(modifycontroller.Config{
 			Driver: driver, Modifier: driverClient, Client: client, Writer: writer, Recorder: recorder, Metrics: rec,
-			Clock: clock.RealClock{}, Fresh: fresh,
+			Clock: clock.RealClock{}, Fresh: fresh, Leading: leading,
 			RetryIntervalStart:  opts.RetryIntervalStart,
 			RetryIntervalMax:    opts.RetryIntervalMax,
 			ExtraModifyMetadata: opts.ExtraModifyMetadata,
