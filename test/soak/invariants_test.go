@@ -252,10 +252,17 @@ func (s *soak) converged(c claimRef, v claimVersion) (bool, string) {
 	return true, ""
 }
 
-// checkConverged: every PVC converged. The kubelet may still owe a node step that the quiet
-// period's last retries started, so it is polled for a while, not read once.
+// drainTime bounds how long the PVCs may take to settle after the quiet period: the resizer
+// keeps its default --kube-api-qps (5), so the backlog the chaos left (up to 3 writes per PVC:
+// status, PV, status) drains at that rate, and the kubelet may still owe a node step.
+func (s *soak) drainTime() time.Duration {
+	return 90*time.Second + time.Duration(len(s.claims))*3*time.Second/5
+}
+
+// checkConverged: every PVC converged, polled until the drain time is over.
 func (s *soak) checkConverged(t *testing.T) []violation {
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(s.drainTime())
+	defer func() { s.drained = time.Since(s.quietAt) }()
 	for {
 		var out []violation
 		for _, c := range s.claims {

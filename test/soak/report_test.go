@@ -43,6 +43,7 @@ type report struct {
 	MaxCallsPVC     string         `json:"maxExpandCallsPVC"`
 	Overlaps        int            `json:"overlapsAfterTakeover"`
 	Unattributed    int            `json:"callsNotTiedToALogLine"`
+	Drained         string         `json:"settledAfterQuiet"`
 	Slowest         string         `json:"slowestConvergence"`
 	SlowestPVC      string         `json:"slowestConvergencePVC"`
 	Violations      int            `json:"invariantViolations"`
@@ -113,6 +114,7 @@ func (s *soak) report(t *testing.T, violations []violation) string {
 		}
 	}
 	r.Slowest = slowest.Round(time.Millisecond).String()
+	r.Drained = s.drained.Round(time.Second).String()
 	if r.Expansions > 0 {
 		r.CallsPerExpand = float64(r.ExpandCalls) / float64(r.Expansions)
 	}

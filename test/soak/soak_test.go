@@ -120,6 +120,7 @@ type soak struct {
 	kubelet  *kubelet
 	started  time.Time
 	quietAt  time.Time // end of the quiet period
+	drained  time.Duration // from quietAt until every PVC had converged (or the drain time ran out)
 	ev       *evidence
 	// overlapsAfterTakeover counts calls of a new leader made while the driver still carried
 	// out the previous leader's call for the same volume (not a violation, see checkInFlight).
