@@ -111,7 +111,7 @@ soak: ## the soak: 2 leader-elected resizers, random driver faults, kills, freez
 	bash hack/build-k8s-bins.sh >/dev/null
 	@mkdir -p $(dir $(SOAK_REPORT))
 	SOAK=1 SOAK_PVCS=$(SOAK_PVCS) SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_REPORT=$(abspath $(SOAK_REPORT)) \
-	  $(GO) test -tags integration -count=1 -p 1 -timeout 3h -v -run '^TestSoak$$' ./test/soak/
+	  $(GO) test -tags integration -count=1 -p 1 -timeout 3h -v -run '^TestSoak' ./test/soak/
 
 demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery, a VolumeAttributesClass change and a refused one rolled back
 	bash hack/demo.sh

@@ -137,10 +137,17 @@ func (s *soak) checkClaim(c claimRef) []violation {
 	return out
 }
 
+// ledAt says whether run r held the Lease at t.
+func (s *soak) ledAt(r *run, t time.Time) bool {
+	h := holderAt(s.ev.tenures, t)
+	return h != nil && h.Run == r
+}
+
 // checkInFlight: one run never has two calls of a method for one volume in flight (its own
 // view: a call ends at the answer or at --timeout). Calls of different runs may overlap only
-// when the first one's run had lost the Lease by the time the second was sent (a killed or
-// frozen leader's call still carried out by the driver): those are counted, not failed.
+// when the first one's run held the Lease when it called and had lost it by the time the second
+// was sent (a killed or frozen leader's call still carried out by the driver): those are
+// counted, not failed.
 func (s *soak) checkInFlight(c claimRef, calls []attributed, method string) []violation {
 	var out []violation
 	var prev []attributed
@@ -152,11 +159,9 @@ func (s *soak) checkInFlight(c claimRef, calls []attributed, method string) []vi
 			if !a.Time.Before(p.callerEnd()) {
 				continue
 			}
-			if p.Run != nil && a.Run != nil && p.Run != a.Run {
-				if h := holderAt(s.ev.tenures, a.Time); h != nil && h.Run != p.Run {
-					s.overlapsAfterTakeover++
-					continue
-				}
+			if p.Run != nil && a.Run != nil && p.Run != a.Run && s.ledAt(p.Run, p.Time) && !s.ledAt(p.Run, a.Time) {
+				s.overlapsAfterTakeover++
+				continue
 			}
 			out = append(out, violation{"concurrent-calls", c.key(), fmt.Sprintf("%s at %s (%s) while the one of %s (%s) was in flight until %s",
 				method, stamp(a.Time), runName(a.Run), stamp(p.Time), runName(p.Run), stamp(p.callerEnd()))})

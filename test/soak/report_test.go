@@ -54,7 +54,7 @@ func (s *soak) report(t *testing.T, violations []violation) string {
 	r := report{Seed: s.cfg.Seed, Duration: s.cfg.Duration.String(), Quiet: s.cfg.QuietTime.String(), PVCs: len(s.claims),
 		Namespaces: len(s.spaces), UserEdits: map[string]int{}, FaultsInjected: map[string]int{}, KubeletSteps: map[string]int{},
 		Conflicts: map[string]int{}, ViolationByKind: map[string]int{}, Overlaps: s.overlapsAfterTakeover}
-	r.Commit = commit()
+	r.Commit = s.commit
 	for _, k := range []string{"raise", "raise-past-limit", "lower", "recover", "class", "class-rollback", "refused-edit", "touch"} {
 		r.UserEdits[k] = s.chaos.count(k)
 	}
@@ -153,7 +153,7 @@ func settleTime(vs []claimVersion) (time.Duration, bool) {
 	return vs[settled].Seen.Sub(vs[last].Seen), true
 }
 
-// commit names the code under test: git describe of the checkout.
+// commit names the code under test: git describe of the checkout when the soak starts.
 func commit() string {
 	root, err := framework.RepoRoot()
 	if err != nil {

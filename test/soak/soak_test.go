@@ -110,6 +110,7 @@ func TestSoak(t *testing.T) {
 // soak is one run: the environment, the recorder and the chaos log.
 type soak struct {
 	cfg      config
+	commit   string
 	env      *scenario.Env
 	rng      *rand.Rand
 	spaces   []string
@@ -119,7 +120,7 @@ type soak struct {
 	chaos    *chaosLog
 	kubelet  *kubelet
 	started  time.Time
-	quietAt  time.Time // end of the quiet period
+	quietAt  time.Time     // end of the quiet period
 	drained  time.Duration // from quietAt until every PVC had converged (or the drain time ran out)
 	ev       *evidence
 	// overlapsAfterTakeover counts calls of a new leader made while the driver still carried
@@ -150,7 +151,7 @@ func setUp(t *testing.T, cfg config) *soak {
 		NoResizer:   true,
 		ResizerArgs: le,
 	})
-	s := &soak{cfg: cfg, env: e, rng: rand.New(rand.NewSource(cfg.Seed)), chaos: &chaosLog{logf: t.Logf}}
+	s := &soak{cfg: cfg, commit: commit(), env: e, rng: rand.New(rand.NewSource(cfg.Seed)), chaos: &chaosLog{logf: t.Logf}}
 	e.CreateClass(t, "silver", map[string]string{"iops": "1000"})
 	e.CreateClass(t, "gold", map[string]string{"iops": "3000"})
 	e.CreateClass(t, badClass, map[string]string{"tier": "refused"})
