@@ -26,7 +26,7 @@ import (
 // chaosEvent is one thing the soak did to the system.
 type chaosEvent struct {
 	Time   time.Time
-	Kind   string // raise, lower, recover, class, kubelet-done, kubelet-infeasible, touch, faults, kill, freeze, thaw, apiserver-restart, etcd-restart, resizer-exited
+	Kind   string // raise, lower, recover, class, kubelet-done, kubelet-infeasible, touch, faults, kill, freeze, thaw, apiserver-restart, etcd-restart, resizer-exited, template
 	PVC    string // ns/name, "" for the whole system
 	Detail string
 }
@@ -184,15 +184,18 @@ func (s *soak) procInterval() time.Duration {
 	return 15*time.Second + time.Duration(s.rng.Intn(15))*time.Second
 }
 
-// processEvent kills the leader, freezes it past its lease, or restarts the apiserver.
+// processEvent kills the leader, freezes it past its lease, restarts the apiserver, or grows a
+// StatefulSet's template.
 func (s *soak) processEvent(t *testing.T) {
 	switch k := s.rng.Intn(10); {
-	case k < 4:
+	case k >= 8:
+		s.growTemplate(t)
+	case k < 3:
 		if p, i := s.leader(); p != nil {
 			s.chaos.add("kill", "", fmt.Sprintf("SIGKILL resizer %d (pid %d), the leader", i, p.Pid()))
 			_ = p.Kill()
 		}
-	case k < 7:
+	case k < 6:
 		if p, i := s.leader(); p != nil {
 			d := leaseDuration + 3*time.Second
 			s.chaos.add("freeze", "", fmt.Sprintf("SIGSTOP resizer %d (pid %d), the leader, for %s", i, p.Pid(), d))
@@ -232,6 +235,12 @@ func (s *soak) supervise(t *testing.T) {
 			p.Start(t)
 		}
 	}
+	if p := s.setResizer; p != nil {
+		if exited, err := p.Exited(); exited {
+			s.chaos.add("resizer-exited", "", fmt.Sprintf("statefulset-resizer exited (%v); starting it again", err))
+			p.Start(t)
+		}
+	}
 }
 
 // leader returns the running resizer that holds the Lease by its own log, or nil.
@@ -254,7 +263,7 @@ func (s *soak) leader() (*framework.Process, int) {
 func (s *soak) user(ctx context.Context, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		pause(ctx, time.Duration(150+rng.Intn(200))*time.Millisecond)
-		c := s.claims[rng.Intn(len(s.claims))]
+		c := s.editable[rng.Intn(len(s.editable))]
 		pvc, err := s.env.Client.CoreV1().PersistentVolumeClaims(c.NS).Get(ctx, c.Name, metav1.GetOptions{})
 		if err != nil {
 			continue

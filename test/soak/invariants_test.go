@@ -72,6 +72,7 @@ func (s *soak) check(t *testing.T) []violation {
 	}
 	out = append(out, s.checkConverged(t)...)
 	out = append(out, s.checkQuota(t)...)
+	out = append(out, s.checkStatefulSets(t)...)
 	return out
 }
 

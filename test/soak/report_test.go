@@ -28,6 +28,8 @@ type report struct {
 	UserEdits       map[string]int `json:"userEdits"`
 	FaultsInjected  map[string]int `json:"faultsInjectedByKind"`
 	FaultEpochs     int            `json:"faultEpochs"`
+	StatefulSets    int            `json:"statefulSets"`
+	TemplateChanges int            `json:"templateChanges"`
 	Kills           int            `json:"leaderKills"`
 	Freezes         int            `json:"leaderFreezes"`
 	APIRestarts     int            `json:"apiserverRestarts"`
@@ -59,6 +61,7 @@ func (s *soak) report(t *testing.T, violations []violation) string {
 		r.UserEdits[k] = s.chaos.count(k)
 	}
 	r.FaultEpochs = s.chaos.count("faults")
+	r.StatefulSets, r.TemplateChanges = len(s.sets), s.chaos.count("template")
 	r.Kills, r.Freezes = s.chaos.count("kill"), s.chaos.count("freeze")
 	r.APIRestarts, r.EtcdRestarts, r.ResizerStarts = s.chaos.count("apiserver-restart"), s.chaos.count("etcd-restart"), s.chaos.count("resizer-exited")
 	r.KubeletSteps["done"], r.KubeletSteps["infeasible"] = s.chaos.count("kubelet-done"), s.chaos.count("kubelet-infeasible")

@@ -109,26 +109,30 @@ func TestSoak(t *testing.T) {
 
 // soak is one run: the environment, the recorder and the chaos log.
 type soak struct {
-	cfg      config
-	commit   string
-	env      *scenario.Env
-	rng      *rand.Rand
-	spaces   []string
-	claims   []claimRef
-	resizers []*framework.Process
-	rec      *recorder
-	chaos    *chaosLog
-	kubelet  *kubelet
-	started  time.Time
-	quietAt  time.Time     // end of the quiet period
-	drained  time.Duration // from quietAt until every PVC had converged (or the drain time ran out)
-	ev       *evidence
+	cfg        config
+	commit     string
+	env        *scenario.Env
+	rng        *rand.Rand
+	spaces     []string
+	claims     []claimRef // every PVC
+	editable   []claimRef // the PVCs users edit (not a StatefulSet's)
+	sets       []string   // StatefulSets, in the env's namespace
+	setResizer *framework.Process
+	resizers   []*framework.Process
+	rec        *recorder
+	chaos      *chaosLog
+	kubelet    *kubelet
+	started    time.Time
+	quietAt    time.Time     // end of the quiet period
+	drained    time.Duration // from quietAt until every PVC had converged (or the drain time ran out)
+	ev         *evidence
 	// overlapsAfterTakeover counts calls of a new leader made while the driver still carried
 	// out the previous leader's call for the same volume (not a violation, see checkInFlight).
 	overlapsAfterTakeover int
 }
 
-type claimRef struct{ NS, Name, Volume string }
+// claimRef is one PVC of the soak; Set names its StatefulSet ("" for a PVC users edit).
+type claimRef struct{ NS, Name, Volume, Set string }
 
 func (c claimRef) key() string { return c.NS + "/" + c.Name }
 
@@ -177,7 +181,9 @@ func setUp(t *testing.T, cfg config) *soak {
 		framework.CreateBoundClaim(t, e.Ctx, e.Client, ns, name, e.Driver.Name, vol, "1Gi", e.StorageClass)
 		s.claims = append(s.claims, claimRef{NS: ns, Name: name, Volume: vol})
 	}
+	s.editable = append([]claimRef(nil), s.claims...)
 	s.rec = startRecorder(t, e, s.spaces)
+	s.setUpStatefulSets(t)
 	for i := 0; i < cfg.Resizers; i++ {
 		s.resizers = append(s.resizers, e.StartResizer(t))
 	}
