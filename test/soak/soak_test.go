@@ -100,7 +100,9 @@ func TestSoak(t *testing.T) {
 	if err := s.chaos.write(events); err != nil {
 		t.Errorf("writing the chaos events: %v", err)
 	}
-	t.Logf("report: %s; chaos events: %s", cfg.Report, events)
+	logs := strings.TrimSuffix(cfg.Report, ".json") + ".logs"
+	s.keepLogs(t, logs)
+	t.Logf("report: %s; chaos events: %s; process logs: %s", cfg.Report, events, logs)
 	for _, v := range violations {
 		t.Errorf("%s\n%s", v, s.history(v.PVC))
 	}
@@ -144,6 +146,11 @@ func setUp(t *testing.T, cfg config) *soak {
 		"--retry-interval-start=" + retryStart.String(),
 		"--retry-interval-max=" + retryMax.String(),
 		"--timeout=" + callTimeout.String(),
+		// The soak checks correctness, not the client's rate limit: at the default 5 QPS the
+		// slow-rate retries of the PVCs left infeasible (one status write each per
+		// --retry-interval-max) take the whole budget, and the rest waits (70 of 300 PVCs still
+		// unserved 4.5 minutes after the quiet period, in a 20-minute run at 5 QPS).
+		"--kube-api-qps=50", "--kube-api-burst=100",
 		"-v=2"}
 	e := scenario.Start(t, scenario.Options{
 		Cluster: framework.ClusterOptions{ControllerManager: true,
@@ -189,4 +196,26 @@ func setUp(t *testing.T, cfg config) *soak {
 	}
 	s.started = time.Now()
 	return s
+}
+
+// keepLogs copies the processes' logs next to the report: the test's temp dirs go when it ends,
+// and a violation is explained by them.
+func (s *soak) keepLogs(t *testing.T, dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Errorf("keeping the logs: %v", err)
+		return
+	}
+	procs := map[string]*framework.Process{"kube-apiserver": s.env.Cluster.APIServer, "etcd": s.env.Cluster.Etcd,
+		"mock-csi-driver": s.env.Driver.Process, "statefulset-resizer": s.setResizer}
+	for i, p := range s.resizers {
+		procs[fmt.Sprintf("csi-resizer-%d", i)] = p
+	}
+	for name, p := range procs {
+		if p == nil {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".log"), []byte(p.Log()), 0o644); err != nil {
+			t.Errorf("keeping the log of %s: %v", name, err)
+		}
+	}
 }
