@@ -10,6 +10,12 @@ FUZZTIME ?= 30s
 INTEGRATION_TIMEOUT ?= 45m
 RUN ?= .
 IMAGE ?= csi-resizer:$(VERSION)
+# The soak (make soak): how many PVCs, how long the chaos lasts, which seed draws it, and where
+# the JSON figures go. docs/reliability.md describes it.
+SOAK_PVCS ?= 300
+SOAK_DURATION ?= 20m
+SOAK_SEED ?= 1
+SOAK_REPORT ?= $(BIN)/soak-report.json
 # csi-driver-host-path's hostpathplugin, the real CSI driver the e2e suite runs against besides
 # the mock (test-e2e-hostpath). CI has it next to the clone; a clone without it skips those runs,
 # except under CI=true, where a missing driver fails them.
@@ -20,7 +26,7 @@ UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspat
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath demo bench bench-smoke manifests-render manifests-check lint-dockerfile image check clean
+.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak demo bench bench-smoke manifests-render manifests-check lint-dockerfile image check clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -100,6 +106,12 @@ else
 	E2E_DRIVER_CMD="$(HOSTPATH_CMD) --disable-controller-expansion" E2E_NODE_EXPANSION_REQUIRED= $(HOSTPATH_E2E)
 	$(HOSTPATH_MODIFY_E2E)
 endif
+
+soak: ## the soak: 2 leader-elected resizers, random driver faults, kills, freezes, apiserver/etcd restarts; checks the KEP-1790 invariants (SOAK_PVCS=300 SOAK_DURATION=20m SOAK_SEED=1)
+	bash hack/build-k8s-bins.sh >/dev/null
+	@mkdir -p $(dir $(SOAK_REPORT))
+	SOAK=1 SOAK_PVCS=$(SOAK_PVCS) SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_REPORT=$(abspath $(SOAK_REPORT)) \
+	  $(GO) test -tags integration -count=1 -p 1 -timeout 3h -v -run '^TestSoak' ./test/soak/
 
 demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery, a VolumeAttributesClass change and a refused one rolled back
 	bash hack/demo.sh
