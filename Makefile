@@ -62,7 +62,7 @@ check-rules: ## promtool check + unit tests of the shipped Prometheus rules (ins
 
 test-integration: ## integration tests on a real etcd + kube-apiserver (+ controller-manager) and a real CSI driver process
 	bash hack/build-k8s-bins.sh >/dev/null
-	$(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/framework/... ./test/integration/... ./test/e2e/... ./test/demo/...
+	$(GO) test -tags integration -count=1 -p 1 -timeout $(INTEGRATION_TIMEOUT) -run '$(RUN)' ./test/framework/... ./test/integration/... ./test/e2e/... ./test/demo/... ./test/soak/...
 	@# The e2e suite again, with the mock answering node_expansion_required=true the way
 	@# csi-driver-host-path does by default: the suite's node-expansion path runs in CI too.
 	E2E_DRIVER_CMD= E2E_DRIVER_ENDPOINT= E2E_MOCK_NODE_EXPANSION_REQUIRED=true \
