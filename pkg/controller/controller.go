@@ -14,6 +14,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -177,6 +178,10 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		// write recorded. The write's echo is on its way, and queues the PVC again.
 		klog.FromContext(ctx).V(4).Info("The informer cache is behind the controller's own write", "pvc", key, "resourceVersion", pvc.ResourceVersion)
 		return 0, nil
+	}
+	if held := c.fresh.HeldFor(key, pvc.ResourceVersion, c.cfg.Clock.Now()); held > 0 {
+		// An error, not a delay, so the queue's backoff keeps growing (reconcile.ProcessNext).
+		return 0, fmt.Errorf("the answer of the last driver call for this PVC is not recorded; not calling again for %s", held)
 	}
 	pv, ok := c.volumeOf(pvc)
 	if !ok {

@@ -434,3 +434,26 @@ func TestNoCallWithoutTheLease(t *testing.T) {
 		t.Fatalf("sync error %v, %d calls; want the lease error and no call", err, f.driver.count())
 	}
 }
+
+// TestUnrecordedAnswerWaitsBeforeCallingAgain (docs/design.md §2.3 rule 8, found by the soak):
+// when the write recording a driver error fails, the version the call was decided on (which
+// the echo of the pre-call write puts back in the queue during the call) is not decided on again
+// before --retry-interval-start; a new version is.
+func TestUnrecordedAnswerWaitsBeforeCallingAgain(t *testing.T) {
+	pvc, pv := claim("data", "10Gi", "1Gi")
+	f := newFixture(t, Config{}, pvc, pv)
+	f.driver.answers = []answer{{err: grpcErr(codes.DeadlineExceeded, "slow")}}
+	failPatch(f, 2, errors.New("apiserver restarting"))
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
+		t.Fatal("sync succeeded though the answer could not be recorded")
+	}
+	f.catchUp()
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || f.driver.count() != 1 {
+		t.Fatalf("the echo's sync: error %v, %d calls; want an error and no second call", err, f.driver.count())
+	}
+	f.clock.step(retryStart)
+	f.sync("data")
+	if n := f.driver.count(); n != 2 {
+		t.Errorf("%d calls after --retry-interval-start, want the retry", n)
+	}
+}

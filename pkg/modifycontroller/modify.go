@@ -43,12 +43,12 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *v1.PersistentV
 	// A failure here leaves InProgress without an answer, so the next attempt repeats the
 	// idempotent call (rule 14).
 	if _, err := c.cfg.Writer.PatchVolumeAttributesClass(ctx, pv, plan.Target); err != nil {
-		return 0, err
+		return 0, c.unrecorded(key, written, err)
 	}
 	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 		return modify.SucceededStatus(st, plan.Target)
 	}); err != nil {
-		return 0, err
+		return 0, c.unrecorded(key, written, err)
 	}
 	msg := "volume modified to VolumeAttributesClass " + plan.Target
 	if took := c.obs.Succeeded(key); took > 0 {
@@ -70,7 +70,7 @@ func (c *Controller) modifyFailed(ctx context.Context, key string, pvc *v1.Persi
 		return modify.FailedStatus(st, plan.Target, ce, now)
 	})
 	if err != nil {
-		return 0, errors.Join(fmt.Errorf("ControllerModifyVolume: %w", callErr), err)
+		return 0, c.unrecorded(key, pvc, errors.Join(fmt.Errorf("ControllerModifyVolume: %w", callErr), err))
 	}
 	if ce.Class == resize.ClassInfeasible {
 		c.obs.Infeasible(key)
@@ -134,4 +134,11 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 	}
 	c.cfg.Fresh.Wrote(key, pvc.ResourceVersion, out.ResourceVersion)
 	return out, nil
+}
+
+// unrecorded holds the PVC version the call was decided on when its answer could not be written,
+// as the expansion controller's: the retry waits --retry-interval-start at least.
+func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, err error) error {
+	c.cfg.Fresh.Hold(key, decidedOn.ResourceVersion, c.cfg.Clock.Now().Add(c.cfg.RetryIntervalStart))
+	return err
 }

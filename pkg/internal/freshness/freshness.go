@@ -13,6 +13,7 @@ package freshness
 import (
 	"slices"
 	"sync"
+	"time"
 )
 
 // maxReplaced bounds the versions kept per object: one sync writes a few times at most, and a
@@ -23,10 +24,43 @@ const maxReplaced = 8
 type Tracker struct {
 	mu       sync.Mutex
 	replaced map[string][]string
+	holds    map[string]hold
+}
+
+// hold: version rv is not to be decided on again before until (Hold).
+type hold struct {
+	rv    string
+	until time.Time
 }
 
 // New returns an empty tracker.
-func New() *Tracker { return &Tracker{replaced: map[string][]string{}} }
+func New() *Tracker { return &Tracker{replaced: map[string][]string{}, holds: map[string]hold{}} }
+
+// Hold says that version rv of key must not be decided on again before until: a driver call was
+// decided on it and its answer could not be written, so rv still says what it said before the
+// call. The echo of the controller's own pre-call write can queue the key again while the call
+// runs, and deciding on rv at once would repeat the call (docs/design.md §2.3 rule 8). Any other
+// version (a user's edit, another writer's) is not held.
+func (t *Tracker) Hold(key, rv string, until time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.holds[key] = hold{rv: rv, until: until}
+}
+
+// HeldFor is how long version cached of key must still wait (Hold); 0 when it need not.
+func (t *Tracker) HeldFor(key, cached string, now time.Time) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h, ok := t.holds[key]
+	if !ok {
+		return 0
+	}
+	if h.rv != cached || !now.Before(h.until) {
+		delete(t.holds, key)
+		return 0
+	}
+	return h.until.Sub(now)
+}
 
 // Wrote records that a write based on the cached version basedOn produced version written. A
 // write the apiserver found to change nothing keeps the version: the cache at it is current.
@@ -64,4 +98,5 @@ func (t *Tracker) Forget(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.replaced, key)
+	delete(t.holds, key)
 }

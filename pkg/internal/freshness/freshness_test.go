@@ -3,6 +3,7 @@ package freshness
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 func TestBehind(t *testing.T) {
@@ -54,5 +55,29 @@ func TestForgetAndBound(t *testing.T) {
 	tr.Forget("ns/a")
 	if tr.Behind("ns/a", "30") {
 		t.Error("Forget kept the record")
+	}
+}
+
+// TestHold: a held version waits until the hold ends; another version of the key is not held,
+// and ends the hold.
+func TestHold(t *testing.T) {
+	tr := New()
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	tr.Hold("ns/a", "7", now.Add(time.Second))
+	if got := tr.HeldFor("ns/a", "7", now); got != time.Second {
+		t.Errorf("held for %s, want 1s", got)
+	}
+	if got := tr.HeldFor("ns/b", "7", now); got != 0 {
+		t.Errorf("another key held for %s", got)
+	}
+	if got := tr.HeldFor("ns/a", "7", now.Add(time.Second)); got != 0 {
+		t.Errorf("held for %s after the hold ended", got)
+	}
+	tr.Hold("ns/a", "7", now.Add(time.Second))
+	if got := tr.HeldFor("ns/a", "8", now); got != 0 {
+		t.Errorf("a new version held for %s", got)
+	}
+	if got := tr.HeldFor("ns/a", "7", now); got != 0 {
+		t.Errorf("the hold survived a newer version: %s", got)
 	}
 }
