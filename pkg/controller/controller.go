@@ -14,7 +14,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -173,15 +172,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if c.fresh.Behind(key, pvc.ResourceVersion) {
-		// Deciding on a version this process's own write replaced would repeat the step that
-		// write recorded. The write's echo is on its way, and queues the PVC again.
-		klog.FromContext(ctx).V(4).Info("The informer cache is behind the controller's own write", "pvc", key, "resourceVersion", pvc.ResourceVersion)
-		return 0, nil
-	}
-	if held := c.fresh.HeldFor(key, pvc.ResourceVersion, c.cfg.Clock.Now()); held > 0 {
-		// An error, not a delay, so the queue's backoff keeps growing (reconcile.ProcessNext).
-		return 0, fmt.Errorf("the answer of the last driver call for this PVC is not recorded; not calling again for %s", held)
+	if ok, err := c.fresh.Decidable(key, pvc.ResourceVersion, c.cfg.Clock.Now()); !ok {
+		// Behind (nil error): deciding on a version this process's own write replaced would
+		// repeat the step that write recorded; the write's echo queues the PVC again.
+		klog.FromContext(ctx).V(4).Info("Not deciding on this version of the PVC", "pvc", key, "resourceVersion", pvc.ResourceVersion, "err", err)
+		return 0, err
 	}
 	pv, ok := c.volumeOf(pvc)
 	if !ok {

@@ -14,7 +14,6 @@ package modifycontroller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -148,11 +147,8 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if c.cfg.Fresh.Behind(key, pvc.ResourceVersion) {
-		return 0, nil // the echo of this process's own write is on its way
-	}
-	if held := c.cfg.Fresh.HeldFor(key, pvc.ResourceVersion, c.cfg.Clock.Now()); held > 0 {
-		return 0, fmt.Errorf("the answer of the last driver call for this PVC is not recorded; not calling again for %s", held)
+	if ok, err := c.cfg.Fresh.Decidable(key, pvc.ResourceVersion, c.cfg.Clock.Now()); !ok {
+		return 0, err // behind this process's own write, or held (freshness.Tracker.Decidable)
 	}
 	pv, ok := binding.VolumeOf(c.pvLister, c.cfg.Driver.Name, pvc)
 	o := modify.Observe(pvc)

@@ -212,21 +212,7 @@ func (s *Server) ExpandCalls() []ExpandCall {
 // the test when that does not happen within timeout.
 func (s *Server) WaitForExpandCalls(t testing.TB, n int, timeout time.Duration) []ExpandCall {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		s.mu.Lock()
-		calls, ch := append([]ExpandCall(nil), s.expands...), s.notifyCh
-		s.mu.Unlock()
-		if len(calls) >= n {
-			return calls
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("waited %s for %d ControllerExpandVolume calls, got %d", timeout, n, len(calls))
-		}
-	}
+	return waitForCalls(t, s, func() []ExpandCall { return append([]ExpandCall(nil), s.expands...) }, "ControllerExpandVolume", n, timeout)
 }
 
 // ModifyCalls returns the ControllerModifyVolume calls so far.
@@ -240,11 +226,17 @@ func (s *Server) ModifyCalls() []ModifyCall {
 // the test when that does not happen within timeout.
 func (s *Server) WaitForModifyCalls(t testing.TB, n int, timeout time.Duration) []ModifyCall {
 	t.Helper()
+	return waitForCalls(t, s, func() []ModifyCall { return append([]ModifyCall(nil), s.modifies...) }, "ControllerModifyVolume", n, timeout)
+}
+
+// waitForCalls waits until snapshot (taken under s.mu) has at least n calls of method.
+func waitForCalls[C any](t testing.TB, s *Server, snapshot func() []C, method string, n int, timeout time.Duration) []C {
+	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		calls, ch := append([]ModifyCall(nil), s.modifies...), s.notifyCh
+		calls, ch := snapshot(), s.notifyCh
 		s.mu.Unlock()
 		if len(calls) >= n {
 			return calls
@@ -252,7 +244,7 @@ func (s *Server) WaitForModifyCalls(t testing.TB, n int, timeout time.Duration) 
 		select {
 		case <-ch:
 		case <-deadline.C:
-			t.Fatalf("waited %s for %d ControllerModifyVolume calls, got %d", timeout, n, len(calls))
+			t.Fatalf("waited %s for %d %s calls, got %d", timeout, n, method, len(calls))
 		}
 	}
 }

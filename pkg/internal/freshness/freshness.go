@@ -11,6 +11,7 @@
 package freshness
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -45,6 +46,20 @@ func (t *Tracker) Hold(key, rv string, until time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.holds[key] = hold{rv: rv, until: until}
+}
+
+// Decidable is the check a controller's sync makes before deciding on version cached of key:
+// false when the cache is behind this process's own write (Behind: the echo is on its way and
+// queues the key again), and an error while the version is held (Hold): an error, not a delay,
+// so that the work queue's per-key backoff keeps growing.
+func (t *Tracker) Decidable(key, cached string, now time.Time) (bool, error) {
+	if t.Behind(key, cached) {
+		return false, nil
+	}
+	if held := t.HeldFor(key, cached, now); held > 0 {
+		return false, fmt.Errorf("the answer of the last driver call for %s is not recorded; not deciding on the same version for another %s", key, held)
+	}
+	return true, nil
 }
 
 // HeldFor is how long version cached of key must still wait (Hold); 0 when it need not.
