@@ -192,11 +192,20 @@ func (c *Controller) leading() error {
 	return c.cfg.Leading()
 }
 
-// unrecorded holds the PVC version a driver call was decided on when its answer could not be
-// written (err), so that the sync the echo of the pre-call write queues meanwhile does not
-// repeat the call at once: the retry waits --retry-interval-start at least (docs/design.md §2.3
-// rule 8). It returns err.
+// holdExpansion names this controller's holds in the freshness tracker it shares with the
+// modification controller.
+const holdExpansion = "expansion"
+
+// unrecorded holds the PVC when the answer of a driver call could not be written (err), so that
+// a sync queued meanwhile (by the echo of the pre-call write, or another writer's status change)
+// does not repeat the call at once: the retry waits --retry-interval-start at least, unless the
+// user changes the requested size (docs/design.md §2.3 rule 8). It returns err.
 func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, err error) error {
-	c.fresh.Hold(key, decidedOn.ResourceVersion, c.cfg.Clock.Now().Add(c.cfg.RetryIntervalStart))
+	c.fresh.Hold(holdExpansion, key, requestedSize(decidedOn), c.cfg.Clock.Now().Add(c.cfg.RetryIntervalStart))
 	return err
+}
+
+// requestedSize is the user's intent the expansion acts on, as a hold compares it.
+func requestedSize(pvc *v1.PersistentVolumeClaim) string {
+	return pvc.Spec.Resources.Requests.Storage().String()
 }

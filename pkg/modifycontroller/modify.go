@@ -136,9 +136,22 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 	return out, nil
 }
 
-// unrecorded holds the PVC version the call was decided on when its answer could not be written,
-// as the expansion controller's: the retry waits --retry-interval-start at least.
+// holdModification names this controller's holds in the freshness tracker it shares with the
+// expansion controller.
+const holdModification = "modification"
+
+// unrecorded holds the PVC when the answer of the call could not be written, as the expansion
+// controller does: the retry waits --retry-interval-start at least, unless the user changes the
+// requested class (docs/design.md §2.3 rule 8).
 func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, err error) error {
-	c.cfg.Fresh.Hold(key, decidedOn.ResourceVersion, c.cfg.Clock.Now().Add(c.cfg.RetryIntervalStart))
+	c.cfg.Fresh.Hold(holdModification, key, requestedClass(decidedOn), c.cfg.Clock.Now().Add(c.cfg.RetryIntervalStart))
 	return err
+}
+
+// requestedClass is the user's intent the modification acts on, as a hold compares it.
+func requestedClass(pvc *v1.PersistentVolumeClaim) string {
+	if pvc.Spec.VolumeAttributesClassName == nil {
+		return ""
+	}
+	return "class:" + *pvc.Spec.VolumeAttributesClassName
 }
