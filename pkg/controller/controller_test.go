@@ -486,3 +486,26 @@ func TestUnrecordedAnswerNewSizeGoesAtOnce(t *testing.T) {
 		t.Errorf("%d calls after the user asked for another size, want the call for it at once", n)
 	}
 }
+
+// TestUnrecordedInfeasibleAnswerWaitsTheSlowRetry: an infeasible answer the PVC could not record
+// is retried after --retry-interval-max, as a recorded one is, not after --retry-interval-start
+// (found by the soak: INVALID_ARGUMENT answers lost in apiserver restarts were retried after 1 s).
+func TestUnrecordedInfeasibleAnswerWaitsTheSlowRetry(t *testing.T) {
+	pvc, pv := claim("data", "10Gi", "1Gi")
+	f := newFixture(t, Config{}, pvc, pv)
+	f.driver.answers = []answer{{err: grpcErr(codes.InvalidArgument, "too big")}}
+	failPatch(f, 2, errors.New("apiserver restarting"))
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
+		t.Fatal("sync succeeded though the answer could not be recorded")
+	}
+	f.catchUp()
+	f.clock.step(retryStart)
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || f.driver.count() != 1 {
+		t.Fatalf("sync after --retry-interval-start: error %v, %d calls; want still held, 1 call", err, f.driver.count())
+	}
+	f.clock.step(retryMax - retryStart)
+	f.sync("data")
+	if n := f.driver.count(); n != 2 {
+		t.Errorf("%d calls after --retry-interval-max, want the retry", n)
+	}
+}
