@@ -120,7 +120,7 @@ func TestDecide(t *testing.T) {
 			old: sts(claim("data", "10Gi")), req: sts(gold),
 			want: withAnnotations(sts(claim("data", "10Gi")), desired.Annotation, `[{"name":"data","storage":"10Gi","volumeAttributesClassName":"gold"}]`)},
 		{name: "an older desire replaced",
-			old: withAnnotations(sts(claim("data", "10Gi")), desired.Annotation, `[{"name":"data","storage":"99Gi"}]`),
+			old:  withAnnotations(sts(claim("data", "10Gi")), desired.Annotation, `[{"name":"data","storage":"99Gi"}]`),
 			req:  withAnnotations(sts(claim("data", "20Gi")), desired.Annotation, `[{"name":"data","storage":"99Gi"}]`),
 			want: withAnnotations(sts(claim("data", "10Gi")), desired.Annotation, desire20)},
 		{name: "two templates, one bigger",

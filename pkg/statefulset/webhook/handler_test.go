@@ -27,7 +27,7 @@ func TestHandler(t *testing.T) {
 				"uid": "u-1", "operation": "UPDATE", "name": "web", "namespace": "ns", "dryRun": true,
 				"resource": map[string]string{"group": "apps", "version": "v1", "resource": "statefulsets"},
 				"object":   json.RawMessage(tc.object), "oldObject": json.RawMessage(r.OldObject),
-				"options":  map[string]string{"kind": "PatchOptions", "fieldManager": "kubectl"},
+				"options": map[string]string{"kind": "PatchOptions", "fieldManager": "kubectl"},
 			}})
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, Path, strings.NewReader(string(body))))
