@@ -55,4 +55,3 @@ func (f *FileCertificate) fileStamp() (string, error) {
 	}
 	return stamp, nil
 }
-
