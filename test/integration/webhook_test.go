@@ -261,8 +261,10 @@ func (w *webhookEnv) testDryRun(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &answered); err != nil {
 		t.Fatalf("dry-run output: %v\n%s", err, out)
 	}
-	expect(t, &answered, "1Gi", desire("6Gi"))                                                 // the answer says what a real apply would do
-	w.kubectl(t, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", big) // created by client-side apply
+	// The answer says what a real apply would do.
+	expect(t, &answered, "1Gi", desire("6Gi"))
+	// --force-conflicts: the object was made by client-side apply.
+	w.kubectl(t, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", big)
 	after := w.get(t, w.Namespace, "dryrun")
 	expect(t, after, "1Gi", "")
 	if after.ResourceVersion != before.ResourceVersion {
