@@ -59,6 +59,7 @@ func TestWebhook(t *testing.T) {
 	t.Run("OtherTemplateChangeRefused", w.testOtherChange)
 	t.Run("NotOptedInUntouched", w.testNotOptedIn)
 	t.Run("NamespaceOptIn", w.testNamespaceOptIn)
+	t.Run("RestartKeepsCertificate", w.testRestartKeepsCertificate)
 	t.Run("WebhookDownUsualError", w.testWebhookDown) // last: stops statefulset-resizer
 }
 
@@ -324,6 +325,47 @@ func (w *webhookEnv) testNamespaceOptIn(t *testing.T) {
 		}
 		w.kubectl(t, "apply", "-f", w.write(t, m))
 		expect(t, w.get(t, ns, name), "1Gi", desire("7Gi"))
+	}
+}
+
+// A restarted statefulset-resizer serves the certificate of its Secret: no new one, no new
+// bundle (so replicas and restarts never disagree), and the webhook answers again.
+func (w *webhookEnv) testRestartKeepsCertificate(t *testing.T) {
+	secret, err := w.Client.CoreV1().Secrets(w.Namespace).Get(w.Ctx, "statefulset-resizer-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the generated certificate Secret: %v", err)
+	}
+	for _, key := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		if len(secret.Data[key]) == 0 {
+			t.Fatalf("Secret %s has no %s", secret.Name, key)
+		}
+	}
+	w.resizer.Restart(t)
+	w.resizer.WaitHTTP(t, "/healthz", 90*time.Second)
+	m := w.manifest("restarted", "1Gi", true)
+	w.kubectl(t, "apply", "-f", w.write(t, m))
+	m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("8Gi")
+	big := w.write(t, m)
+	framework.Eventually(t, 60*time.Second, func() (bool, string) {
+		out, err := w.Cluster.Kubectl(t, "apply", "-f", big)
+		return err == nil, fmt.Sprintf("%v %s", err, out)
+	})
+	expect(t, w.get(t, w.Namespace, "restarted"), "1Gi", desire("8Gi"))
+	after, err := w.Client.CoreV1().Secrets(w.Namespace).Get(w.Ctx, secret.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != secret.ResourceVersion {
+		t.Errorf("the restart rewrote the certificate Secret")
+	}
+	config, err := w.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(w.Ctx, "statefulset-resizer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wh := range config.Webhooks {
+		if string(wh.ClientConfig.CABundle) != string(secret.Data["ca.crt"]) {
+			t.Errorf("webhook %s: caBundle is not the Secret's ca.crt", wh.Name)
+		}
 	}
 }
 
