@@ -45,6 +45,8 @@ func FuzzDecideInvariants(f *testing.F) {
 	f.Add("data", "10Gi", "", uint8(0), "data", "10Gi", "gold", uint8(0), desire20, "kubectl", true, true)
 	f.Add("data", "10Gi", "", uint8(0), "data", "20Gi", "", uint8(2), "", "", false, false)
 	f.Add("data", "1Gi", "a", uint8(4), "logs", "1Gi", "a", uint8(4), "[", "helm", true, true)
+	// Found by the fuzzer: a class name that is not UTF-8 (JSON replaces it).
+	f.Add("0", "0", "0", uint8(0x14), "0", "", "\xb0", uint8(0x04), "0", "0", true, true)
 	f.Fuzz(func(t *testing.T, oldName, oldSize, oldClass string, oldShape uint8, reqName, reqSize, reqClass string, reqShape uint8,
 		annotation, manager string, owns, twoTemplates bool) {
 		old := sts(fuzzTemplate(oldName, oldSize, oldClass, oldShape))
