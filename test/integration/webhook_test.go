@@ -55,6 +55,7 @@ func TestWebhook(t *testing.T) {
 	t.Run("ClientSideApply", w.testClientSideApply)
 	t.Run("ServerSideApply", w.testServerSideApply)
 	t.Run("Replace", w.testReplace)
+	t.Run("ClassChangeRecorded", w.testClassChange)
 	t.Run("DryRunChangesNothing", w.testDryRun)
 	t.Run("OtherTemplateChangeRefused", w.testOtherChange)
 	t.Run("NotOptedInUntouched", w.testNotOptedIn)
@@ -251,6 +252,19 @@ func (w *webhookEnv) testReplace(t *testing.T) {
 	live.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("4Gi")
 	w.kubectl(t, "replace", "-f", w.write(t, live))
 	expect(t, w.get(t, w.Namespace, "replace"), "1Gi", desire("4Gi"))
+}
+
+// A VolumeAttributesClass change (with or without a size change) is recorded like a size.
+func (w *webhookEnv) testClassChange(t *testing.T) {
+	m := w.manifest("vac", "1Gi", true)
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
+	m.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName = ptr.To("gold")
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
+	s := w.get(t, w.Namespace, "vac")
+	expect(t, s, "1Gi", `[{"name":"data","storage":"1Gi","volumeAttributesClassName":"gold"}]`)
+	if c := s.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName; c != nil {
+		t.Errorf("live template class %q, want none (kept as it was)", *c)
+	}
 }
 
 func (w *webhookEnv) testDryRun(t *testing.T) {
