@@ -111,7 +111,7 @@ func recordDesire(old, req *object) Decision {
 	if err != nil {
 		return Decision{Reason: err.Error()}
 	}
-	live, _ := decodeTemplates(old.Spec.VolumeClaimTemplates) // decoded by compareTemplates already
+	live, _ := decodeTemplates(old.Spec.VolumeClaimTemplates) // for the log only: "[]" if it does not decode
 	liveValue := sizes(live)
 	ops := []patchOp{{Op: "replace", Path: "/spec/volumeClaimTemplates", Value: old.Spec.VolumeClaimTemplates}}
 	ops = append(ops, setAnnotation(req.Metadata.Annotations, value))
