@@ -38,10 +38,11 @@ build: ## build every binary of cmd/ into bin/
 test: ## unit tests, with the race detector
 	$(GO) test -race -count=1 ./...
 
-test-fuzz: ## run the decision fuzzers (expansion, modification, statefulset-resizer), FUZZTIME each (default 30s)
+test-fuzz: ## run the decision fuzzers (expansion, modification, statefulset-resizer, its webhook), FUZZTIME each (default 30s)
 	$(GO) test ./pkg/resize -run '^$$' -fuzz '^FuzzPlanExpansion$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/modify -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/statefulset/plan -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/statefulset/webhook -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
 
 verify: ## gofmt, go vet (all build tags), go mod tidy + vendor leave no diff, govulncheck
 	@out=$$(git ls-files -co --exclude-standard -- '*.go' ':!vendor/**' ':!test/k8s-bins/**' | xargs gofmt -l); \

@@ -108,6 +108,8 @@ type options struct {
 
 	httpEndpoint string
 	metricsPath  string
+
+	webhook webhookOptions
 }
 
 func addFlags(fs *flag.FlagSet) *options {
@@ -126,6 +128,7 @@ func addFlags(fs *flag.FlagSet) *options {
 	fs.Var(&o.leaderElectionLabels, "leader-election-labels", "Labels added to the Lease while this replica leads, as key:value pairs separated by commas, e.g. 'team:storage,tier:control'.")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
 	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+	addWebhookFlags(fs, &o.webhook)
 	return o
 }
 
@@ -141,6 +144,9 @@ func (o *options) validate() error {
 		return fmt.Errorf("--resync-period must not be negative, got %s", o.resync)
 	case !strings.HasPrefix(o.metricsPath, "/"):
 		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
+	}
+	if err := o.webhook.validate(); err != nil {
+		return err
 	}
 	if o.leaderElection {
 		// client-go's leader election panics on these; say it in one line.
@@ -229,6 +235,12 @@ func run(ctx context.Context, o *options) error {
 	}
 
 	done := make(chan error, 1)
+	if o.webhook.port != 0 {
+		// Every replica serves the webhook, leader or not: the apiserver calls any of them.
+		if err := startWebhook(ctx, &o.webhook, client, done); err != nil {
+			return err
+		}
+	}
 	runController := func(ctx context.Context) { done <- ctrl.Run(ctx, o.workers) }
 	if !o.leaderElection {
 		go runController(ctx)

@@ -28,7 +28,8 @@ func TestVersionAndHelp(t *testing.T) {
 	for _, f := range []string{"kubeconfig", "workers", "kube-api-qps", "kube-api-burst", "leader-election",
 		"leader-election-namespace", "leader-election-lease-duration", "leader-election-renew-deadline",
 		"leader-election-retry-period", "leader-election-labels", "http-endpoint", "metrics-path", "resync-period",
-		"version", "v", "vmodule", "wait NAMESPACE/NAME"} {
+		"version", "v", "vmodule", "wait NAMESPACE/NAME", "webhook-port", "webhook-service-name", "webhook-namespace",
+		"webhook-host", "webhook-secret-name", "webhook-configuration-name", "webhook-tls-cert-file", "webhook-tls-private-key-file"} {
 		if !strings.Contains(out, f) {
 			t.Errorf("--help does not mention %q", f)
 		}
@@ -46,12 +47,17 @@ func TestFlagDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{workers: 10, qps: 5, burst: 10, resync: 10 * time.Minute, leaseDuration: 15 * time.Second,
-		renewDeadline: 10 * time.Second, retryPeriod: 5 * time.Second, metricsPath: "/metrics", leaderElectionLabels: labelMap{}}
+		renewDeadline: 10 * time.Second, retryPeriod: 5 * time.Second, metricsPath: "/metrics", leaderElectionLabels: labelMap{},
+		webhook: webhookOptions{serviceName: "statefulset-resizer", secretName: "statefulset-resizer-webhook-tls",
+			configurationName: "statefulset-resizer", checkInterval: time.Minute}}
 	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
 		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
 	}
 	if err := o.validate(); err != nil {
 		t.Errorf("defaults do not validate: %v", err)
+	}
+	if err := fs.Parse([]string{"--webhook-host", "127.0.0.1,a.example", "--webhook-host", "::1"}); err != nil || o.webhook.hosts.String() != "127.0.0.1,a.example,::1" {
+		t.Errorf("hosts: %v %v", o.webhook.hosts, err)
 	}
 	if err := fs.Parse([]string{"--leader-election-labels", "a:b,c:d"}); err != nil || o.leaderElectionLabels["a"] != "b" || o.leaderElectionLabels["c"] != "d" {
 		t.Errorf("labels: %v %v", o.leaderElectionLabels, err)
@@ -75,6 +81,14 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--leader-election", "--leader-election-retry-period", "9s"}, 2, "renew-deadline (10s) must be greater than 1.2"},
 		{[]string{"--leader-election-labels", "novalue"}, 2, "malformed label"},
 		{[]string{"--no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"--webhook-port", "70000"}, 2, "--webhook-port must be between 0 (webhook off) and 65535"},
+		{[]string{"--webhook-tls-cert-file", "c.pem", "--webhook-tls-private-key-file", "k.pem"}, 2, "need --webhook-port (the webhook is off)"},
+		{[]string{"--webhook-host", "127.0.0.1"}, 2, "--webhook-host needs --webhook-port"},
+		{[]string{"--webhook-port", "9443", "--webhook-tls-cert-file", "c.pem"}, 2, "go together: give both"},
+		{[]string{"--webhook-port", "9443", "--webhook-tls-cert-file", "c.pem", "--webhook-tls-private-key-file", "k.pem", "--webhook-host", "a.example"}, 2, "--webhook-host is for generated certificates"},
+		{[]string{"--webhook-port", "9443", "--webhook-service-name", ""}, 2, "--webhook-service-name must not be empty"},
+		{[]string{"--webhook-port", "9443", "--webhook-certificate-check-interval", "0s"}, 2, "--webhook-certificate-check-interval must be positive"},
+		{[]string{"--webhook-host", "a b"}, 2, `malformed host "a b"`},
 		{[]string{"run"}, 2, `unexpected argument "run"`},
 		{[]string{"wait"}, 3, "missing NAMESPACE/NAME"},
 		{[]string{"wait", "--timeout", "1m"}, 3, "missing NAMESPACE/NAME"},

@@ -70,6 +70,14 @@ var expectedRoles = []struct {
 			{"", "pods"}:                         {"get", "list", "watch"},
 			{"storage.k8s.io", "storageclasses"}: {"get", "list", "watch"},
 			{"", "events"}:                       {"create", "patch"},
+			{"admissionregistration.k8s.io", "mutatingwebhookconfigurations"}: {"get", "patch"},
+		},
+	},
+	{
+		kind: "Role", name: "statefulset-resizer-webhook-certificates",
+		why: "statefulset-resizer's generated webhook certificate Secret",
+		grants: map[grant][]string{
+			{"", "secrets"}: {"get", "create", "update"},
 		},
 	},
 	{
@@ -292,6 +300,24 @@ func TestSidecarNeverWritesPVCSpec(t *testing.T) {
 			for _, v := range verbs {
 				if v == "update" || v == "patch" || v == "create" || v == "delete" || v == "deletecollection" {
 					t.Errorf("%s may %s persistentvolumeclaims: the sidecar must never change a PVC's spec (status goes through persistentvolumeclaims/status)", key, v)
+				}
+			}
+		}
+	}
+}
+
+// statefulset-resizer writes only its own webhook configuration and its own Secret: a grant on
+// every webhook configuration would let it intercept any request, one on every Secret read them all.
+func TestWebhookGrantsNamed(t *testing.T) {
+	for key, rules := range roles(t) {
+		for i, r := range rules {
+			for _, res := range r.Resources {
+				named := len(r.ResourceNames) > 0
+				switch {
+				case strings.HasSuffix(res, "webhookconfigurations") && !named:
+					t.Errorf("%s rule %d grants %v on every %s; name the webhook's own configuration in resourceNames", key, i, r.Verbs, res)
+				case res == "secrets" && strings.HasPrefix(key, "Role/statefulset-resizer") && !named && !slices.Equal(r.Verbs, []string{"create"}):
+					t.Errorf("%s rule %d grants %v on every Secret of its namespace; only create may be unnamed", key, i, r.Verbs)
 				}
 			}
 		}

@@ -98,7 +98,18 @@ images:
 resources:
 - @DEPLOY@/statefulset-resizer
 `,
-		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1, "Service": 1},
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1, "Service": 1},
+	},
+	{
+		name: "statefulset-resizer with the webhook component",
+		wrapper: `namespace: csi-resizer-system
+resources:
+- @DEPLOY@/statefulset-resizer
+components:
+- @DEPLOY@/statefulset-resizer/webhook
+`,
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1, "Service": 2,
+			"MutatingWebhookConfiguration": 1},
 	},
 	{
 		name: "monitoring",
@@ -217,6 +228,18 @@ func TestManifestsRBACEffective(t *testing.T) {
 		{controller, "app", "get", "secrets", "", false},
 		{controller, "csi-resizer-system", "update", "leases.coordination.k8s.io", "", true},
 		{controller, "elsewhere", "update", "leases.coordination.k8s.io", "", false},
+		// statefulset-resizer's webhook: its certificate Secret, its configuration's CA bundle
+		{controller, "csi-resizer-system", "get", "secrets/statefulset-resizer-webhook-tls", "", true},
+		{controller, "csi-resizer-system", "update", "secrets/statefulset-resizer-webhook-tls", "", true},
+		{controller, "csi-resizer-system", "create", "secrets", "", true},
+		{controller, "csi-resizer-system", "get", "secrets/other", "", false},
+		{controller, "csi-resizer-system", "list", "secrets", "", false},
+		{controller, "elsewhere", "create", "secrets", "", false},
+		{controller, "", "get", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", true},
+		{controller, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", true},
+		{controller, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other", "", false},
+		{controller, "", "list", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", false},
+		{controller, "", "patch", "validatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", false},
 	}
 	for _, c := range cases {
 		args := []string{"auth", "can-i", c.verb, c.resource, "--as=" + c.as}

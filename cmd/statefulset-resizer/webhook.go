@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/webhook"
+)
+
+// webhookOptions are the flags of the admission webhook (docs/statefulset-resizer.md, "Webhook").
+type webhookOptions struct {
+	port              int
+	serviceName       string
+	namespace         string
+	hosts             hostList
+	secretName        string
+	configurationName string
+	certFile, keyFile string
+	checkInterval     time.Duration
+}
+
+// certificateValidity is the lifetime of a generated certificate; it is
+// renewed after two thirds of it.
+const certificateValidity = 365 * 24 * time.Hour
+
+func addWebhookFlags(fs *flag.FlagSet, o *webhookOptions) {
+	fs.IntVar(&o.port, "webhook-port", 0, "Port of the admission webhook (HTTPS, path "+webhook.Path+"), served by every replica. 0 disables the webhook.")
+	fs.StringVar(&o.serviceName, "webhook-service-name", "statefulset-resizer", "Service through which the apiserver calls the webhook: the generated serving certificate is for <name>.<namespace>.svc.")
+	fs.StringVar(&o.namespace, "webhook-namespace", "", "Namespace of the webhook's Service and certificate Secret. Defaults to the pod's namespace (POD_NAMESPACE, or the service account's).")
+	fs.Var(&o.hosts, "webhook-host", "Extra DNS name or IP address of the generated serving certificate (repeatable, or a comma-separated list), e.g. 127.0.0.1 for a webhook registered by URL.")
+	fs.StringVar(&o.secretName, "webhook-secret-name", "statefulset-resizer-webhook-tls", "Secret (in the webhook namespace) holding the generated CA and serving certificate, shared by the replicas.")
+	fs.StringVar(&o.configurationName, "webhook-configuration-name", "statefulset-resizer", "MutatingWebhookConfiguration into which the generated CA bundle is injected.")
+	fs.StringVar(&o.certFile, "webhook-tls-cert-file", "", "Serving certificate of the webhook (PEM), e.g. from cert-manager, re-read when it changes. With --webhook-tls-private-key-file, replaces the generated certificates: no Secret is written and no CA bundle injected.")
+	fs.StringVar(&o.keyFile, "webhook-tls-private-key-file", "", "Private key (PEM) of --webhook-tls-cert-file.")
+	fs.DurationVar(&o.checkInterval, "webhook-certificate-check-interval", time.Minute, "How often the generated certificates and the injected CA bundle are checked (renewal, a configuration re-applied without the bundle).")
+}
+
+func (o *webhookOptions) validate() error {
+	files := o.certFile != "" || o.keyFile != ""
+	switch {
+	case o.port < 0 || o.port > 65535:
+		return fmt.Errorf("--webhook-port must be between 0 (webhook off) and 65535, got %d", o.port)
+	case o.port == 0 && files:
+		return fmt.Errorf("--webhook-tls-cert-file and --webhook-tls-private-key-file need --webhook-port (the webhook is off)")
+	case o.port == 0 && len(o.hosts) > 0:
+		return fmt.Errorf("--webhook-host needs --webhook-port (the webhook is off)")
+	case o.port == 0:
+		return nil
+	case (o.certFile == "") != (o.keyFile == ""):
+		return fmt.Errorf("--webhook-tls-cert-file and --webhook-tls-private-key-file go together: give both, or neither to have the certificates generated")
+	case files && len(o.hosts) > 0:
+		return fmt.Errorf("--webhook-host is for generated certificates; with --webhook-tls-cert-file the file's certificate is served as it is")
+	case !files && o.serviceName == "":
+		return fmt.Errorf("--webhook-service-name must not be empty: the generated certificate is for <name>.<namespace>.svc")
+	case !files && (o.secretName == "" || o.configurationName == ""):
+		return fmt.Errorf("--webhook-secret-name and --webhook-configuration-name must not be empty with generated certificates")
+	case o.checkInterval <= 0:
+		return fmt.Errorf("--webhook-certificate-check-interval must be positive, got %s", o.checkInterval)
+	}
+	return nil
+}
+
+// startWebhook listens on the webhook port (so that a port in use fails the
+// start) and serves the webhook in the background; a failure of the server
+// is sent on failed.
+func startWebhook(ctx context.Context, o *webhookOptions, client kubernetes.Interface, failed chan<- error) error {
+	getCertificate, err := certificateSource(ctx, o, client)
+	if err != nil {
+		return err
+	}
+	listener, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.port)))
+	if err != nil {
+		return fmt.Errorf("listening on --webhook-port=%d: %w", o.port, err)
+	}
+	go func() {
+		if err := webhook.Serve(ctx, listener, getCertificate); err != nil {
+			failed <- err
+		}
+	}()
+	return nil
+}
+
+// certificateSource is the files, or else the generated certificates, which
+// it starts keeping in the background.
+func certificateSource(ctx context.Context, o *webhookOptions, client kubernetes.Interface) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	if o.certFile != "" {
+		f := &webhook.FileCertificate{CertFile: o.certFile, KeyFile: o.keyFile}
+		if err := f.Load(); err != nil {
+			return nil, err
+		}
+		return f.GetCertificate, nil
+	}
+	namespace := o.namespace
+	if namespace == "" {
+		namespace = podNamespace()
+	}
+	if namespace == "" {
+		return nil, fmt.Errorf("the webhook namespace is unknown out of a cluster: set --webhook-namespace (or POD_NAMESPACE)")
+	}
+	hosts := []string{o.serviceName + "." + namespace + ".svc", o.serviceName + "." + namespace + ".svc.cluster.local"}
+	m := &webhook.CertManager{
+		Client: client, SecretNamespace: namespace, SecretName: o.secretName, ConfigurationName: o.configurationName,
+		Hosts: append(hosts, o.hosts...), Validity: certificateValidity, Interval: o.checkInterval, Clock: clock.RealClock{},
+	}
+	go m.Run(ctx)
+	return m.GetCertificate, nil
+}
+
+// podNamespace is the pod's namespace: POD_NAMESPACE, or the service account's.
+func podNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		klog.V(2).InfoS("No service account namespace", "err", err)
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// hostList is a repeatable flag of DNS names and IP addresses, each value a
+// comma-separated list.
+type hostList []string
+
+func (h *hostList) String() string { return strings.Join(*h, ",") }
+
+func (h *hostList) Set(value string) error {
+	for _, item := range strings.Split(value, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" || strings.ContainsAny(item, " /:") && net.ParseIP(item) == nil {
+			return fmt.Errorf("malformed host %q, want a DNS name or an IP address", item)
+		}
+		*h = append(*h, item)
+	}
+	return nil
+}

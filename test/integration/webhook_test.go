@@ -1,0 +1,401 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/webhook"
+	"github.com/csi-resizer/csi-resizer/test/framework"
+	"github.com/csi-resizer/csi-resizer/test/scenario"
+)
+
+// The admission side of statefulset-resizer's webhook on the real apiserver: statefulset-resizer
+// runs as a process with the shipped RBAC, generates its certificates into its Secret and
+// injects the CA bundle into the shipped MutatingWebhookConfiguration (registered here by URL on
+// 127.0.0.1 instead of a Service); kubectl is the user. The PVC side (growth, re-create) is
+// tested with the controller elsewhere; here no kube-controller-manager runs, so the controller
+// decides nothing and every change seen is the webhook's.
+
+// forbiddenTemplates is the apiserver's usual answer to a volumeClaimTemplates change.
+const forbiddenTemplates = "spec: Forbidden: updates to statefulset spec for fields other than"
+
+type webhookEnv struct {
+	*scenario.Env
+	dir     string
+	resizer *framework.Process
+	port    int
+}
+
+func TestWebhook(t *testing.T) {
+	e := scenario.Start(t, scenario.Options{NoResizer: true})
+	w := &webhookEnv{Env: e, dir: t.TempDir(), port: framework.FreePort(t)}
+	kubeconfig := scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
+	w.resizer = e.StartStatefulSetResizer(t, kubeconfig,
+		fmt.Sprintf("--webhook-port=%d", w.port), "--webhook-host=127.0.0.1",
+		"--webhook-namespace="+e.Namespace, "--webhook-certificate-check-interval=1s")
+	w.registerShippedConfiguration(t)
+	w.waitActive(t)
+
+	t.Run("ClientSideApply", w.testClientSideApply)
+	t.Run("ServerSideApply", w.testServerSideApply)
+	t.Run("Replace", w.testReplace)
+	t.Run("ClassChangeRecorded", w.testClassChange)
+	t.Run("DryRunChangesNothing", w.testDryRun)
+	t.Run("OtherTemplateChangeRefused", w.testOtherChange)
+	t.Run("NotOptedInUntouched", w.testNotOptedIn)
+	t.Run("NamespaceOptIn", w.testNamespaceOptIn)
+	t.Run("RestartKeepsCertificate", w.testRestartKeepsCertificate)
+	t.Run("WebhookDownUsualError", w.testWebhookDown) // last: stops statefulset-resizer
+}
+
+// registerShippedConfiguration creates the MutatingWebhookConfiguration of
+// deploy/kubernetes/statefulset-resizer/webhook with its Service reference replaced by the URL
+// of the process, and waits for statefulset-resizer to inject the CA bundle into every webhook.
+func (w *webhookEnv) registerShippedConfiguration(t *testing.T) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "kubernetes", "statefulset-resizer", "webhook", "mutatingwebhookconfiguration.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config admissionregistrationv1.MutatingWebhookConfiguration
+	if err := yaml.UnmarshalStrict(data, &config); err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", w.port, webhook.Path)
+	for i := range config.Webhooks {
+		if got := config.Webhooks[i].ClientConfig.Service; got == nil || got.Path == nil || *got.Path != webhook.Path {
+			t.Fatalf("shipped webhook %s does not call path %s: %+v", config.Webhooks[i].Name, webhook.Path, got)
+		}
+		config.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
+	}
+	if _, err := w.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(w.Ctx, &config, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, func() (bool, string) {
+		c, err := w.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(w.Ctx, config.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, wh := range c.Webhooks {
+			if len(wh.ClientConfig.CABundle) == 0 {
+				return false, "no caBundle injected into " + wh.Name
+			}
+		}
+		return true, ""
+	})
+}
+
+// waitActive waits until the apiserver calls the webhook: a size change of a probe StatefulSet
+// goes through (the apiserver picks up a new configuration within a few seconds).
+func (w *webhookEnv) waitActive(t *testing.T) {
+	t.Helper()
+	probe := w.manifest("probe", "1Gi", true)
+	w.kubectl(t, "apply", "-f", w.write(t, probe))
+	big := w.write(t, w.manifest("probe", "2Gi", true))
+	framework.Eventually(t, 60*time.Second, func() (bool, string) {
+		out, err := w.Cluster.Kubectl(t, "apply", "-f", big)
+		if err != nil {
+			return false, fmt.Sprintf("%v %s", err, out)
+		}
+		return true, ""
+	})
+}
+
+// manifest is a StatefulSet as a user keeps it in Git: one template "data" of size, opted in
+// by its label when optIn.
+func (w *webhookEnv) manifest(name, size string, optIn bool) *appsv1.StatefulSet {
+	s := w.NewStatefulSet(scenario.StatefulSetOptions{Name: name, Size: size})
+	s.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"}
+	if optIn {
+		s.Labels = map[string]string{desired.OptInLabel: desired.OptInValue}
+	}
+	return s
+}
+
+func (w *webhookEnv) write(t *testing.T, s *appsv1.StatefulSet) string {
+	t.Helper()
+	b, err := yaml.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.CreateTemp(w.dir, s.Name+"-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}
+
+func (w *webhookEnv) kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := w.Cluster.Kubectl(t, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out
+}
+
+// refused runs kubectl, which must fail with the apiserver's usual answer to a template change.
+func (w *webhookEnv) refused(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := w.Cluster.Kubectl(t, args...)
+	if err == nil || !strings.Contains(err.Error(), forbiddenTemplates) {
+		t.Fatalf("kubectl %s: %v %s; want the apiserver's usual %q", strings.Join(args, " "), err, out, forbiddenTemplates)
+	}
+}
+
+func (w *webhookEnv) get(t *testing.T, ns, name string) *appsv1.StatefulSet {
+	t.Helper()
+	s, err := w.Client.AppsV1().StatefulSets(ns).Get(w.Ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// expect checks the live template size and the desire annotation ("" for none).
+func expect(t *testing.T, s *appsv1.StatefulSet, liveSize, desire string) {
+	t.Helper()
+	got := s.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage]
+	if got.Cmp(resource.MustParse(liveSize)) != 0 {
+		t.Errorf("%s: live template size %s, want %s (the apiserver must keep it)", s.Name, got.String(), liveSize)
+	}
+	value, ok := s.Annotations[desired.Annotation]
+	switch {
+	case desire == "" && ok:
+		t.Errorf("%s: annotation %s = %s, want none", s.Name, desired.Annotation, value)
+	case desire != "" && value != desire:
+		t.Errorf("%s: annotation %s = %q, want %q", s.Name, desired.Annotation, value, desire)
+	}
+}
+
+func desire(size string) string {
+	return fmt.Sprintf(`[{"name":"%s","storage":"%s"}]`, scenario.TemplateName, size)
+}
+
+func (w *webhookEnv) testClientSideApply(t *testing.T) {
+	m := w.manifest("csa", "1Gi", true)
+	w.kubectl(t, "apply", "-f", w.write(t, m))
+	m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("3Gi")
+	m.Spec.Replicas = ptr.To[int32](2) // the rest of the update goes through
+	w.kubectl(t, "apply", "-f", w.write(t, m))
+	s := w.get(t, w.Namespace, "csa")
+	expect(t, s, "1Gi", desire("3Gi"))
+	if *s.Spec.Replicas != 2 {
+		t.Errorf("replicas %d, want the applied 2", *s.Spec.Replicas)
+	}
+
+	// Another manager's write (a label, an annotation) keeps the desire.
+	w.kubectl(t, "-n", w.Namespace, "annotate", "statefulset/csa", "team=storage")
+	w.kubectl(t, "-n", w.Namespace, "label", "statefulset/csa", "tier=db")
+	expect(t, w.get(t, w.Namespace, "csa"), "1Gi", desire("3Gi"))
+
+	// Lowering the template in Git back to the live size cancels the desire (rule 8).
+	m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("1Gi")
+	w.kubectl(t, "apply", "-f", w.write(t, m))
+	expect(t, w.get(t, w.Namespace, "csa"), "1Gi", "")
+}
+
+func (w *webhookEnv) testServerSideApply(t *testing.T) {
+	m := w.manifest("ssa", "1Gi", true)
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
+	m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("5Gi")
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
+	expect(t, w.get(t, w.Namespace, "ssa"), "1Gi", desire("5Gi"))
+
+	w.kubectl(t, "-n", w.Namespace, "annotate", "statefulset/ssa", "team=storage")
+	w.kubectl(t, "-n", w.Namespace, "label", "statefulset/ssa", "tier=db")
+	expect(t, w.get(t, w.Namespace, "ssa"), "1Gi", desire("5Gi"))
+
+	// The same manifest with another replica count: no conflict, field managers are sane.
+	m.Spec.Replicas = ptr.To[int32](3)
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
+	s := w.get(t, w.Namespace, "ssa")
+	expect(t, s, "1Gi", desire("5Gi"))
+	if *s.Spec.Replicas != 3 {
+		t.Errorf("replicas %d, want 3", *s.Spec.Replicas)
+	}
+
+	m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("1Gi")
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
+	expect(t, w.get(t, w.Namespace, "ssa"), "1Gi", "")
+}
+
+func (w *webhookEnv) testReplace(t *testing.T) {
+	w.kubectl(t, "apply", "-f", w.write(t, w.manifest("replace", "1Gi", true)))
+	live := w.get(t, w.Namespace, "replace")
+	live.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"}
+	live.ManagedFields = nil
+	live.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("4Gi")
+	w.kubectl(t, "replace", "-f", w.write(t, live))
+	expect(t, w.get(t, w.Namespace, "replace"), "1Gi", desire("4Gi"))
+}
+
+// A VolumeAttributesClass change (with or without a size change) is recorded like a size.
+func (w *webhookEnv) testClassChange(t *testing.T) {
+	m := w.manifest("vac", "1Gi", true)
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
+	m.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName = ptr.To("gold")
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
+	s := w.get(t, w.Namespace, "vac")
+	expect(t, s, "1Gi", `[{"name":"data","storage":"1Gi","volumeAttributesClassName":"gold"}]`)
+	if c := s.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName; c != nil {
+		t.Errorf("live template class %q, want none (kept as it was)", *c)
+	}
+}
+
+func (w *webhookEnv) testDryRun(t *testing.T) {
+	w.kubectl(t, "apply", "-f", w.write(t, w.manifest("dryrun", "1Gi", true)))
+	before := w.get(t, w.Namespace, "dryrun")
+	big := w.write(t, w.manifest("dryrun", "6Gi", true))
+	out := w.kubectl(t, "apply", "--dry-run=server", "-o", "json", "-f", big)
+	var answered appsv1.StatefulSet
+	if err := json.Unmarshal([]byte(out), &answered); err != nil {
+		t.Fatalf("dry-run output: %v\n%s", err, out)
+	}
+	// The answer says what a real apply would do.
+	expect(t, &answered, "1Gi", desire("6Gi"))
+	// --force-conflicts: the object was made by client-side apply.
+	w.kubectl(t, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", big)
+	after := w.get(t, w.Namespace, "dryrun")
+	expect(t, after, "1Gi", "")
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("resourceVersion %s -> %s: a dry run changed the object", before.ResourceVersion, after.ResourceVersion)
+	}
+}
+
+func (w *webhookEnv) testOtherChange(t *testing.T) {
+	w.kubectl(t, "apply", "-f", w.write(t, w.manifest("other", "1Gi", true)))
+	before := w.get(t, w.Namespace, "other")
+	m := w.manifest("other", "2Gi", true)
+	m.Spec.VolumeClaimTemplates[0].Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}
+	w.refused(t, "apply", "-f", w.write(t, m))
+	m = w.manifest("other", "2Gi", true)
+	m.Spec.VolumeClaimTemplates = append(m.Spec.VolumeClaimTemplates, *m.Spec.VolumeClaimTemplates[0].DeepCopy())
+	m.Spec.VolumeClaimTemplates[1].Name = "logs"
+	w.refused(t, "apply", "--server-side", "--force-conflicts", "-f", w.write(t, m))
+	after := w.get(t, w.Namespace, "other")
+	expect(t, after, "1Gi", "")
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("a refused update changed the object")
+	}
+}
+
+func (w *webhookEnv) testNotOptedIn(t *testing.T) {
+	w.kubectl(t, "apply", "-f", w.write(t, w.manifest("plain", "1Gi", false)))
+	before := w.get(t, w.Namespace, "plain")
+	w.refused(t, "apply", "-f", w.write(t, w.manifest("plain", "2Gi", false)))
+	w.kubectl(t, "-n", w.Namespace, "label", "statefulset/plain", "tier=db") // allowed, and untouched
+	after := w.get(t, w.Namespace, "plain")
+	expect(t, after, "1Gi", "")
+	for k := range after.Annotations {
+		if strings.HasPrefix(k, "csi-resizer.io/") {
+			t.Errorf("a StatefulSet that did not opt in got annotation %s", k)
+		}
+	}
+	if after.Generation != before.Generation {
+		t.Errorf("generation %d -> %d", before.Generation, after.Generation)
+	}
+}
+
+func (w *webhookEnv) testNamespaceOptIn(t *testing.T) {
+	ns := framework.CreateNamespace(t, w.Ctx, w.Client, "optin")
+	w.kubectl(t, "label", "namespace", ns, desired.OptInLabel+"="+desired.OptInValue)
+	for _, name := range []string{"bynamespace", "optedout"} {
+		m := w.manifest(name, "1Gi", false)
+		m.Namespace = ns
+		if name == "optedout" {
+			m.Labels = map[string]string{desired.OptInLabel: "disabled"}
+		}
+		w.kubectl(t, "apply", "-f", w.write(t, m))
+		m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("7Gi")
+		if name == "optedout" {
+			w.refused(t, "apply", "-f", w.write(t, m))
+			expect(t, w.get(t, ns, name), "1Gi", "")
+			continue
+		}
+		w.kubectl(t, "apply", "-f", w.write(t, m))
+		expect(t, w.get(t, ns, name), "1Gi", desire("7Gi"))
+	}
+}
+
+// A restarted statefulset-resizer serves the certificate of its Secret: no new one, no new
+// bundle (so replicas and restarts never disagree), and the webhook answers again.
+func (w *webhookEnv) testRestartKeepsCertificate(t *testing.T) {
+	secret, err := w.Client.CoreV1().Secrets(w.Namespace).Get(w.Ctx, "statefulset-resizer-webhook-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the generated certificate Secret: %v", err)
+	}
+	for _, key := range []string{"ca.crt", "tls.crt", "tls.key"} {
+		if len(secret.Data[key]) == 0 {
+			t.Fatalf("Secret %s has no %s", secret.Name, key)
+		}
+	}
+	w.resizer.Restart(t)
+	w.resizer.WaitHTTP(t, "/healthz", 90*time.Second)
+	m := w.manifest("restarted", "1Gi", true)
+	w.kubectl(t, "apply", "-f", w.write(t, m))
+	m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("8Gi")
+	big := w.write(t, m)
+	framework.Eventually(t, 60*time.Second, func() (bool, string) {
+		out, err := w.Cluster.Kubectl(t, "apply", "-f", big)
+		return err == nil, fmt.Sprintf("%v %s", err, out)
+	})
+	expect(t, w.get(t, w.Namespace, "restarted"), "1Gi", desire("8Gi"))
+	after, err := w.Client.CoreV1().Secrets(w.Namespace).Get(w.Ctx, secret.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != secret.ResourceVersion {
+		t.Errorf("the restart rewrote the certificate Secret")
+	}
+	config, err := w.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(w.Ctx, "statefulset-resizer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wh := range config.Webhooks {
+		if string(wh.ClientConfig.CABundle) != string(secret.Data["ca.crt"]) {
+			t.Errorf("webhook %s: caBundle is not the Secret's ca.crt", wh.Name)
+		}
+	}
+}
+
+func (w *webhookEnv) testWebhookDown(t *testing.T) {
+	w.kubectl(t, "apply", "-f", w.write(t, w.manifest("down", "1Gi", true)))
+	if err := w.resizer.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	before := w.get(t, w.Namespace, "down")
+	w.refused(t, "apply", "-f", w.write(t, w.manifest("down", "2Gi", true)))
+	w.refused(t, "apply", "--server-side", "--force-conflicts", "-f", w.write(t, w.manifest("down", "2Gi", true)))
+	after := w.get(t, w.Namespace, "down")
+	expect(t, after, "1Gi", "")
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("an update refused while the webhook was down changed the object")
+	}
+	// Other updates still go through (failurePolicy Ignore).
+	w.kubectl(t, "-n", w.Namespace, "label", "statefulset/down", "tier=db")
+}
