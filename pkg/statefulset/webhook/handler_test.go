@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/klog/v2"
 )
 
@@ -34,7 +35,7 @@ func TestHandler(t *testing.T) {
 			if rec.Code != http.StatusOK {
 				t.Fatalf("status %d: %s", rec.Code, rec.Body)
 			}
-			var review admissionReview
+			var review admissionv1.AdmissionReview
 			if err := json.Unmarshal(rec.Body.Bytes(), &review); err != nil || review.Response == nil {
 				t.Fatalf("answer %s: %v", rec.Body, err)
 			}
@@ -42,7 +43,7 @@ func TestHandler(t *testing.T) {
 			if review.APIVersion != "admission.k8s.io/v1" || review.Kind != "AdmissionReview" || resp.UID != "u-1" || !resp.Allowed {
 				t.Fatalf("answer %s: want an allowed AdmissionReview v1 for uid u-1", rec.Body)
 			}
-			if got := resp.Patch != nil; got != tc.wantPatch || (got && (resp.PatchType == nil || *resp.PatchType != "JSONPatch")) {
+			if got := resp.Patch != nil; got != tc.wantPatch || (got && (resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch)) {
 				t.Fatalf("answer %s: want a JSONPatch: %v", rec.Body, tc.wantPatch)
 			}
 			if tc.wantPatch && !strings.Contains(string(resp.Patch), "/spec/volumeClaimTemplates") {
