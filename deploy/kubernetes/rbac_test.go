@@ -65,11 +65,20 @@ var expectedRoles = []struct {
 		kind: "ClusterRole", name: "statefulset-resizer",
 		why: "statefulset-resizer (statefulset-resizer/clusterrole.yaml)",
 		grants: map[grant][]string{
-			{"apps", "statefulsets"}:             {"get", "list", "watch", "patch"},
+			{"apps", "statefulsets"}:             {"get", "list", "watch", "patch", "create", "delete"},
 			{"", "persistentvolumeclaims"}:       {"get", "list", "watch", "patch"},
 			{"", "pods"}:                         {"get", "list", "watch"},
 			{"storage.k8s.io", "storageclasses"}: {"get", "list", "watch"},
 			{"", "events"}:                       {"create", "patch"},
+			{"", "configmaps"}:                   {"get", "list", "watch", "create", "update", "delete"},
+			{"admissionregistration.k8s.io", "mutatingwebhookconfigurations"}: {"get", "patch"},
+		},
+	},
+	{
+		kind: "Role", name: "statefulset-resizer-webhook",
+		why: "statefulset-resizer's webhook certificate Secret (generated, stored, renewed)",
+		grants: map[grant][]string{
+			{"", "secrets"}: {"get", "create", "update"},
 		},
 	},
 	{

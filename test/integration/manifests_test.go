@@ -98,7 +98,7 @@ images:
 resources:
 - @DEPLOY@/statefulset-resizer
 `,
-		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1, "Service": 1},
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1, "Service": 1},
 	},
 	{
 		name: "monitoring",
@@ -205,6 +205,11 @@ func TestManifestsRBACEffective(t *testing.T) {
 		{controller, "app", "watch", "statefulsets.apps", "", true},
 		{controller, "app", "patch", "statefulsets.apps", "", true},
 		{controller, "app", "update", "statefulsets.apps", "", false},
+		{controller, "app", "delete", "statefulsets.apps", "", true}, // the orphan re-create
+		{controller, "app", "create", "statefulsets.apps", "", true},
+		{controller, "app", "create", "configmaps", "", true}, // the re-create's record
+		{controller, "app", "delete", "configmaps", "", true},
+		{controller, "app", "patch", "configmaps", "", false},
 		{controller, "app", "patch", "persistentvolumeclaims", "", true},
 		{controller, "app", "patch", "persistentvolumeclaims", "status", false},
 		{controller, "app", "delete", "persistentvolumeclaims", "", false},
@@ -215,6 +220,12 @@ func TestManifestsRBACEffective(t *testing.T) {
 		{controller, "", "patch", "persistentvolumes", "", false},
 		{controller, "app", "create", "events", "", true},
 		{controller, "app", "get", "secrets", "", false},
+		{controller, "csi-resizer-system", "get", "secrets", "", true}, // the webhook certificate
+		{controller, "csi-resizer-system", "update", "secrets", "", true},
+		{controller, "csi-resizer-system", "list", "secrets", "", false},
+		{controller, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", true},
+		{controller, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/another-webhook", "", false},
+		{controller, "", "create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", false},
 		{controller, "csi-resizer-system", "update", "leases.coordination.k8s.io", "", true},
 		{controller, "elsewhere", "update", "leases.coordination.k8s.io", "", false},
 	}
