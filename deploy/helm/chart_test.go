@@ -48,8 +48,8 @@ var knownFlags = []string{
 	"leader-election-renew-deadline", "leader-election-retry-period", "leader-election-labels",
 	"http-endpoint", "metrics-path", "v", "vmodule",
 	"recreate",
-	"webhook-port", "webhook-service-name", "webhook-secret-name", "webhook-configuration-name",
-	"webhook-host", "webhook-tls-cert-file", "webhook-tls-private-key-file",
+	"webhook-port", "webhook-service-name", "webhook-namespace", "webhook-secret-name",
+	"webhook-configuration-name", "webhook-host", "webhook-tls-cert-file", "webhook-tls-private-key-file",
 }
 
 var helmPath struct {
@@ -537,6 +537,10 @@ func TestChartWebhookNamesAgree(t *testing.T) {
 			}
 			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.StrVal != "webhook" {
 				t.Errorf("webhook Service ports %+v, want 443 -> the container port named webhook", svc.Spec.Ports)
+			}
+			wantEnv := []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
+			if env := d.Spec.Template.Spec.Containers[0].Env; !reflect.DeepEqual(env, wantEnv) {
+				t.Errorf("container env %+v, want POD_NAMESPACE from metadata.namespace (the webhook's namespace)", env)
 			}
 			if svc.Spec.ClusterIP == corev1.ClusterIPNone {
 				t.Errorf("webhook Service is headless: the apiserver calls a webhook Service by its cluster IP")
