@@ -75,7 +75,7 @@ var expectedRoles = []struct {
 		},
 	},
 	{
-		kind: "Role", name: "statefulset-resizer-webhook",
+		kind: "Role", name: "statefulset-resizer-webhook-certificates",
 		why: "statefulset-resizer's webhook certificate Secret (generated, stored, renewed)",
 		grants: map[grant][]string{
 			{"", "secrets"}: {"get", "create", "update"},

@@ -220,8 +220,10 @@ func TestManifestsRBACEffective(t *testing.T) {
 		{controller, "", "patch", "persistentvolumes", "", false},
 		{controller, "app", "create", "events", "", true},
 		{controller, "app", "get", "secrets", "", false},
-		{controller, "csi-resizer-system", "get", "secrets", "", true}, // the webhook certificate
-		{controller, "csi-resizer-system", "update", "secrets", "", true},
+		{controller, "csi-resizer-system", "get", "secrets/statefulset-resizer-webhook-tls", "", true}, // the webhook certificate
+		{controller, "csi-resizer-system", "update", "secrets/statefulset-resizer-webhook-tls", "", true},
+		{controller, "csi-resizer-system", "update", "secrets/another", "", false},
+		{controller, "csi-resizer-system", "create", "secrets", "", true},
 		{controller, "csi-resizer-system", "list", "secrets", "", false},
 		{controller, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", true},
 		{controller, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/another-webhook", "", false},
