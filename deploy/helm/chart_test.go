@@ -149,22 +149,28 @@ func render(t *testing.T, set ...string) []object {
 	return splitDocs(t, fmt.Sprintf("helm template --set %v", set), out)
 }
 
-// baseObjects reads the kustomize base's files (kustomize only adds the namespace and the
-// part-of label to them).
+// baseObjects reads the objects of the kustomize base and of its webhook component, when there
+// is one (kustomize only adds the namespace and the part-of label to them; the component's
+// JSON patch of the Deployment is checked through the args and ports instead).
 func baseObjects(t *testing.T) []object {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(base, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no YAML in %s: %v", base, err)
 	}
+	component, _ := filepath.Glob(filepath.Join(base, "webhook", "*.yaml"))
 	var out []object
-	for _, f := range files {
+	for _, f := range append(files, component...) {
 		if filepath.Base(f) == "kustomization.yaml" {
 			continue
 		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
+		}
+		var patch []any
+		if yaml.Unmarshal(data, &patch) == nil {
+			continue // a JSON patch (a YAML list), not objects
 		}
 		out = append(out, splitDocs(t, f, data)...)
 	}
@@ -265,7 +271,7 @@ func diffRoles(t *testing.T, what string, got, want map[string][]string) {
 
 // isWebhookPermission: what only the webhook needs (its certificate Secret, its caBundle).
 func isWebhookPermission(p string) bool {
-	return strings.HasSuffix(p, " /secrets") || strings.Contains(p, "admissionregistration.k8s.io/mutatingwebhookconfigurations")
+	return strings.Contains(p, " /secrets") || strings.Contains(p, "admissionregistration.k8s.io/mutatingwebhookconfigurations")
 }
 
 // The chart grants exactly the kustomize base's permissions; without the webhook, the same minus
@@ -454,7 +460,7 @@ func TestChartDeploymentArgs(t *testing.T) {
 	helmBinary(t) // skips, or fails under CI=true, without helm
 	webhookArgs := []string{
 		"--webhook-port=9443",
-		"--webhook-service-name=statefulset-resizer-webhook",
+		"--webhook-service-name=statefulset-resizer",
 		"--webhook-secret-name=statefulset-resizer-webhook-tls",
 		"--webhook-configuration-name=statefulset-resizer",
 	}
@@ -535,8 +541,13 @@ func TestChartWebhookNamesAgree(t *testing.T) {
 			if got := ":" + fmt.Sprint(ports["http-metrics"]); got != flagValue(args, "http-endpoint") {
 				t.Errorf("container port http-metrics %s, --http-endpoint=%s", got, flagValue(args, "http-endpoint"))
 			}
-			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.StrVal != "webhook" {
-				t.Errorf("webhook Service ports %+v, want 443 -> the container port named webhook", svc.Spec.Ports)
+			if len(svc.Spec.Ports) != 1 || fmt.Sprint(svc.Spec.Ports[0].Port) != flagValue(args, "webhook-port") || svc.Spec.Ports[0].TargetPort.StrVal != "webhook" {
+				t.Errorf("webhook Service ports %+v, want --webhook-port -> the container port named webhook", svc.Spec.Ports)
+			}
+			for _, w := range cfg.Webhooks {
+				if s := w.ClientConfig.Service; s == nil || s.Port == nil || *s.Port != svc.Spec.Ports[0].Port {
+					t.Errorf("webhook %s calls port %+v, the Service listens on %d", w.Name, s, svc.Spec.Ports[0].Port)
+				}
 			}
 			wantEnv := []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
 			if env := d.Spec.Template.Spec.Containers[0].Env; !reflect.DeepEqual(env, wantEnv) {
@@ -568,7 +579,7 @@ func TestChartWebhookConfiguration(t *testing.T) {
 		want := admissionv1.MutatingWebhook{
 			Name: w.Name,
 			ClientConfig: admissionv1.WebhookClientConfig{Service: &admissionv1.ServiceReference{
-				Namespace: namespace, Name: "statefulset-resizer-webhook", Path: ptr(webhookPath), Port: ptr(int32(443)),
+				Namespace: namespace, Name: "statefulset-resizer", Path: ptr(webhookPath), Port: ptr(int32(9443)),
 			}},
 			Rules: []admissionv1.RuleWithOperations{{
 				Operations: []admissionv1.OperationType{admissionv1.Update},
@@ -615,6 +626,7 @@ func TestChartWebhookConfiguration(t *testing.T) {
 		{optIn, optIn, 1},
 		{nil, nil, 0},
 		{labels.Set{optInLabel: "disabled"}, nil, 0},
+		{labels.Set{optInLabel: "disabled"}, optIn, 0}, // opted out of its namespace's opt-in
 		{labels.Set{"app": "db"}, labels.Set{"team": "a"}, 0},
 	} {
 		n := 0
@@ -648,7 +660,7 @@ func TestChartWebhookConfiguration(t *testing.T) {
 	}
 
 	for _, o := range render(t, "webhook.enabled=false") {
-		if o.Kind == "MutatingWebhookConfiguration" || strings.Contains(o.Metadata.Name, "webhook") {
+		if o.Kind == "MutatingWebhookConfiguration" || o.Metadata.Labels["app.kubernetes.io/component"] == "webhook" || strings.Contains(o.Metadata.Name, "webhook") {
 			t.Errorf("webhook.enabled=false renders %s", o.key())
 		}
 	}

@@ -188,7 +188,7 @@ func failOpenCalls(t *testing.T, cluster *framework.Cluster) int {
 		out, err := cluster.Kubectl(t, "get", "--raw", "/metrics")
 		if err == nil {
 			for _, m := range failOpenLine.FindAllStringSubmatch(out, -1) {
-				if !strings.Contains(m[1], `volume-claim-template-updates.csi-resizer.io"`) {
+				if !strings.Contains(m[1], `volume-claim-templates.csi-resizer.io"`) {
 					continue
 				}
 				v, err := strconv.ParseFloat(m[2], 64)

@@ -58,7 +58,7 @@ Webhook names, shared by the Deployment's flags, the Service, the RBAC resourceN
 MutatingWebhookConfiguration, so that they always agree.
 */}}
 {{- define "statefulset-resizer.webhookServiceName" -}}
-{{- printf "%s-webhook" (include "statefulset-resizer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- include "statefulset-resizer.fullname" . }}
 {{- end }}
 {{- define "statefulset-resizer.webhookSecretName" -}}
 {{- printf "%s-webhook-tls" (include "statefulset-resizer.fullname" .) | trunc 63 | trimSuffix "-" }}
@@ -87,7 +87,7 @@ clientConfig:
     name: {{ include "statefulset-resizer.webhookServiceName" . }}
     namespace: {{ .Release.Namespace }}
     path: /mutate-statefulset-volume-claim-templates
-    port: 443
+    port: {{ .Values.webhook.port }}
 rules:
 - apiGroups: ["apps"]
   apiVersions: ["v1"]
