@@ -88,8 +88,11 @@ func TestManifestsHelmChart(t *testing.T) {
 		{"app", "patch", "persistentvolumeclaims", true},
 		{"app", "create", "configmaps", true},
 		{"app", "get", "secrets", false},
-		{"csi-resizer-system", "get", "secrets", true},
-		{"csi-resizer-system", "update", "secrets", true},
+		{"csi-resizer-system", "get", "secrets/statefulset-resizer-webhook-tls", true},
+		{"csi-resizer-system", "update", "secrets/statefulset-resizer-webhook-tls", true},
+		{"csi-resizer-system", "create", "secrets", true},
+		{"csi-resizer-system", "get", "secrets/another", false},
+		{"csi-resizer-system", "list", "secrets", false},
 		{"csi-resizer-system", "update", "leases.coordination.k8s.io", true},
 		{"app", "update", "leases.coordination.k8s.io", false},
 		{"", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", true},
@@ -105,7 +108,8 @@ func TestManifestsHelmChart(t *testing.T) {
 		}
 	}
 
-	// An opted-in StatefulSet (its own label, or its namespace's) and one that is not.
+	// Opted-in StatefulSets (their own label, their namespace's, both), one that is not, and one
+	// that opts out of its namespace's opt-in.
 	kubectl(t, cluster, "create", "namespace", "opted-in")
 	kubectl(t, cluster, "label", "namespace", "opted-in", "csi-resizer.io/volume-claim-template-updates=enabled")
 	kubectl(t, cluster, "create", "namespace", "plain")
@@ -114,13 +118,14 @@ func TestManifestsHelmChart(t *testing.T) {
 		{"opted-in", "in-namespace", "app: db"},
 		{"opted-in", "both", "csi-resizer.io/volume-claim-template-updates: enabled"}, // one entry, not two
 		{"plain", "not-opted-in", "app: db"},
+		{"opted-in", "opted-out", "csi-resizer.io/volume-claim-template-updates: disabled"},
 	}
 	for _, c := range cases {
 		kubectlInput(t, cluster, statefulSet(c.ns, c.name, c.labels), "apply", "-f", "-")
 	}
 	for _, c := range cases {
 		t.Run(c.ns+"/"+c.name, func(t *testing.T) {
-			optedIn := c.name != "not-opted-in"
+			optedIn := c.name != "not-opted-in" && c.name != "opted-out"
 			before := failOpenCalls(t, cluster)
 			out, err := cluster.Kubectl(t, "-n", c.ns, "patch", "statefulset", c.name, "--type=json",
 				"-p", `[{"op":"replace","path":"/spec/volumeClaimTemplates/0/spec/resources/requests/storage","value":"2Gi"}]`)
