@@ -50,6 +50,7 @@ var knownFlags = []string{
 	"recreate",
 	"webhook-port", "webhook-service-name", "webhook-namespace", "webhook-secret-name",
 	"webhook-configuration-name", "webhook-host", "webhook-tls-cert-file", "webhook-tls-private-key-file",
+	"webhook-certificate-check-interval",
 }
 
 var helmPath struct {
@@ -371,7 +372,8 @@ func TestChartMatchesKustomizeBaseObjects(t *testing.T) {
 		if c.Metadata.Labels["app.kubernetes.io/part-of"] != "csi-resizer" {
 			t.Errorf("%s: no label app.kubernetes.io/part-of=csi-resizer (the kustomization adds it)", c.key())
 		}
-		if c.Kind != "ClusterRole" && c.Kind != "ClusterRoleBinding" && c.Metadata.Namespace != namespace {
+		clusterScoped := c.Kind == "ClusterRole" || c.Kind == "ClusterRoleBinding" || c.Kind == "MutatingWebhookConfiguration"
+		if !clusterScoped && c.Metadata.Namespace != namespace {
 			t.Errorf("%s: namespace %q, want the release namespace %q", c.key(), c.Metadata.Namespace, namespace)
 		}
 	}
