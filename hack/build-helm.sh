@@ -64,7 +64,10 @@ cd "$dir"
 
 # Stamp the Kubernetes version as helm's Makefile does: one minor above the client-go v0.x it
 # is built with (client-go v0.37 is Kubernetes 1.37).
-gomod=$(go mod download -json "$module@$helm_version" | awk -F'"' '$2 == "GoMod" { print $4 }')
+if ! gomod=$(go mod download -json "$module@$helm_version" | awk -F'"' '$2 == "GoMod" { print $4 }') || [[ ! -f "$gomod" ]]; then
+  echo "build-helm: could not download $module@$helm_version from the Go module proxy ($(go env GOPROXY))" >&2
+  exit 1
+fi
 client_go=$(awk '$1 == "k8s.io/client-go" { print $2; exit }' "$gomod")
 if [[ ! "$client_go" =~ ^v0\.([0-9]+)\. ]]; then
   echo "build-helm: no k8s.io/client-go v0.x requirement in $gomod (got '$client_go')" >&2
