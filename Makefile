@@ -26,7 +26,7 @@ UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspat
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image check clean
+.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image check clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -113,6 +113,9 @@ soak: ## the soak: 2 leader-elected resizers, random driver faults, kills, freez
 	SOAK=1 SOAK_PVCS=$(SOAK_PVCS) SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) SOAK_REPORT=$(abspath $(SOAK_REPORT)) \
 	  $(GO) test -tags integration -count=1 -p 1 -timeout 3h -v -run '^TestSoak' ./test/soak/
 
+soak-ci: ## the short fixed-seed soak CI runs (60 PVCs, 3 minutes of chaos, seed 1; about 4 minutes in all)
+	$(MAKE) soak SOAK_PVCS=60 SOAK_DURATION=3m SOAK_SEED=1 SOAK_REPORT=$(BIN)/soak-ci/soak-report.json
+
 demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery, a VolumeAttributesClass change and a refused one rolled back
 	bash hack/demo.sh
 
@@ -144,7 +147,7 @@ image: ## build the container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 # helm-check before test: it builds helm, which test's deploy/helm tests need under CI=true.
-check: verify helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration bench-smoke ## everything CI runs
+check: verify helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration soak-ci bench-smoke ## everything CI runs
 
 clean:
 	rm -rf $(BIN)

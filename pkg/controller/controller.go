@@ -172,7 +172,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if ok, err := c.fresh.Decidable(key, pvc.ResourceVersion, c.cfg.Clock.Now()); !ok {
+	if ok, err := c.fresh.Decidable(holdExpansion, key, pvc.ResourceVersion, requestedSize(pvc), c.cfg.Clock.Now()); !ok {
 		// Behind (nil error): deciding on a version this process's own write replaced would
 		// repeat the step that write recorded; the write's echo queues the PVC again.
 		klog.FromContext(ctx).V(4).Info("Not deciding on this version of the PVC", "pvc", key, "resourceVersion", pvc.ResourceVersion, "err", err)

@@ -451,9 +451,61 @@ func TestUnrecordedAnswerWaitsBeforeCallingAgain(t *testing.T) {
 	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || f.driver.count() != 1 {
 		t.Fatalf("the echo's sync: error %v, %d calls; want an error and no second call", err, f.driver.count())
 	}
+	// Another writer (the modification controller, the kubelet) makes a new version meanwhile:
+	// the user still asks for the same size, so the hold stays (found by the soak).
+	f.update("data", func(pvc *v1.PersistentVolumeClaim) {
+		pvc.ResourceVersion = "another-writer"
+		pvc.Labels = map[string]string{"touched": "yes"}
+	})
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || f.driver.count() != 1 {
+		t.Fatalf("sync on another writer's version: error %v, %d calls; want an error and no second call", err, f.driver.count())
+	}
 	f.clock.step(retryStart)
 	f.sync("data")
 	if n := f.driver.count(); n != 2 {
 		t.Errorf("%d calls after --retry-interval-start, want the retry", n)
+	}
+}
+
+// TestUnrecordedAnswerNewSizeGoesAtOnce: the hold after an unrecorded answer is for the size
+// asked; a user's new size is decided on at once.
+func TestUnrecordedAnswerNewSizeGoesAtOnce(t *testing.T) {
+	pvc, pv := claim("data", "10Gi", "1Gi")
+	f := newFixture(t, Config{}, pvc, pv)
+	f.driver.answers = []answer{{err: grpcErr(codes.DeadlineExceeded, "slow")}}
+	failPatch(f, 2, errors.New("apiserver restarting"))
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
+		t.Fatal("sync succeeded though the answer could not be recorded")
+	}
+	f.update("data", func(pvc *v1.PersistentVolumeClaim) {
+		pvc.ResourceVersion = "user-edit"
+		pvc.Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("12Gi")
+	})
+	f.sync("data")
+	if n := f.driver.count(); n != 2 {
+		t.Errorf("%d calls after the user asked for another size, want the call for it at once", n)
+	}
+}
+
+// TestUnrecordedInfeasibleAnswerWaitsTheSlowRetry: an infeasible answer the PVC could not record
+// is retried after --retry-interval-max, as a recorded one is, not after --retry-interval-start
+// (found by the soak: INVALID_ARGUMENT answers lost in apiserver restarts were retried after 1 s).
+func TestUnrecordedInfeasibleAnswerWaitsTheSlowRetry(t *testing.T) {
+	pvc, pv := claim("data", "10Gi", "1Gi")
+	f := newFixture(t, Config{}, pvc, pv)
+	f.driver.answers = []answer{{err: grpcErr(codes.InvalidArgument, "too big")}}
+	failPatch(f, 2, errors.New("apiserver restarting"))
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
+		t.Fatal("sync succeeded though the answer could not be recorded")
+	}
+	f.catchUp()
+	f.clock.step(retryStart)
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || f.driver.count() != 1 {
+		t.Fatalf("sync after --retry-interval-start: error %v, %d calls; want still held, 1 call", err, f.driver.count())
+	}
+	f.clock.step(retryMax - retryStart)
+	f.sync("data")
+	if n := f.driver.count(); n != 2 {
+		t.Errorf("%d calls after --retry-interval-max, want the retry", n)
 	}
 }

@@ -51,13 +51,13 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, pvc, res.NodeExpansionRequired)); err != nil {
 		// The volume did grow: the next attempt keeps the allocated size (state is still
 		// ControllerResizeInProgress with no final error) and the driver call is idempotent.
-		return 0, c.unrecorded(key, written, err)
+		return 0, c.unrecorded(key, written, resize.ClassNone, err)
 	}
 	now := c.now()
 	if _, err := c.recordOutcome(ctx, key, written, resize.ExpandedWrite(res.NodeExpansionRequired), func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 		return resize.ExpandedStatus(st, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, now)
 	}); err != nil {
-		return 0, c.unrecorded(key, written, err)
+		return 0, c.unrecorded(key, written, resize.ClassNone, err)
 	}
 	c.expanded(key, pvc, newSize, res.NodeExpansionRequired)
 	return 0, nil
@@ -79,7 +79,7 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 		return resize.FailedStatus(st, ce, c.cfg.Legacy, now)
 	})
 	if err != nil {
-		return 0, c.unrecorded(key, pvc, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err))
+		return 0, c.unrecorded(key, pvc, ce.Class, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err))
 	}
 	// docs/design.md §2.3 rule 9: after FAILED_PRECONDITION, likely an offline-only driver and
 	// a pod still using the volume; the pod watcher queues the PVC when the pod goes.
@@ -192,11 +192,23 @@ func (c *Controller) leading() error {
 	return c.cfg.Leading()
 }
 
-// unrecorded holds the PVC version a driver call was decided on when its answer could not be
-// written (err), so that the sync the echo of the pre-call write queues meanwhile does not
-// repeat the call at once: the retry waits --retry-interval-start at least (docs/design.md §2.3
-// rule 8). It returns err.
-func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, err error) error {
-	c.fresh.Hold(key, decidedOn.ResourceVersion, c.cfg.Clock.Now().Add(c.cfg.RetryIntervalStart))
+// holdExpansion names this controller's holds in the freshness tracker it shares with the
+// modification controller.
+const holdExpansion = "expansion"
+
+// unrecorded holds the PVC when the answer of a driver call (of class answer) could not be
+// written (err), so that a sync queued meanwhile (by the echo of the pre-call write, or another
+// writer's status change) does not repeat the call at once: the retry waits as long as it would
+// have, had the answer been recorded (--retry-interval-max after an infeasible answer,
+// --retry-interval-start otherwise), unless the user changes the requested size
+// (docs/design.md §2.3 rule 8). It returns err.
+func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, answer resize.ErrorClass, err error) error {
+	retry := resize.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
+	c.fresh.Hold(holdExpansion, key, requestedSize(decidedOn), c.cfg.Clock.Now().Add(retry.AfterUnrecorded(answer)))
 	return err
+}
+
+// requestedSize is the user's intent the expansion acts on, as a hold compares it.
+func requestedSize(pvc *v1.PersistentVolumeClaim) string {
+	return pvc.Spec.Resources.Requests.Storage().String()
 }

@@ -147,7 +147,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err != nil {
 		return 0, err
 	}
-	if ok, err := c.cfg.Fresh.Decidable(key, pvc.ResourceVersion, c.cfg.Clock.Now()); !ok {
+	if ok, err := c.cfg.Fresh.Decidable(holdModification, key, pvc.ResourceVersion, requestedClass(pvc), c.cfg.Clock.Now()); !ok {
 		return 0, err // behind this process's own write, or held (freshness.Tracker.Decidable)
 	}
 	pv, ok := binding.VolumeOf(c.pvLister, c.cfg.Driver.Name, pvc)

@@ -379,3 +379,38 @@ func TestNoCallWithoutTheLease(t *testing.T) {
 		t.Fatalf("sync error %v, %d calls; want the lease error and no call", err, len(f.driver.calls))
 	}
 }
+
+// TestUnrecordedAnswerWaitsBeforeCallingAgain: when the answer of a call cannot be written, a
+// sync on the PVC (the echo of the pre-call write, or another writer's version) does not call the
+// driver again before --retry-interval-start (docs/design.md §2.3 rule 8; found by the soak).
+func TestUnrecordedAnswerWaitsBeforeCallingAgain(t *testing.T) {
+	pvc, pv := claim("data", "silver")
+	f := newFixture(t, false, pvc, pv, vac("silver", driverName), vac("gold", driverName))
+	f.setClass("data", "gold")
+	f.driver.errs = []error{status.Error(codes.DeadlineExceeded, "slow backend")}
+	patches := 0
+	f.client.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if patches++; patches == 2 {
+			return true, nil, errors.New("apiserver restarting")
+		}
+		return false, nil, nil
+	})
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
+		t.Fatal("sync succeeded though the answer could not be recorded")
+	}
+	f.catchUp()
+	touched := f.pvc("data")
+	touched.ResourceVersion, touched.Labels = "another-writer", map[string]string{"touched": "yes"}
+	if _, err := f.client.CoreV1().PersistentVolumeClaims(ns).Update(f.ctx, touched, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.catchUp()
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || len(f.driver.calls) != 1 {
+		t.Fatalf("sync on another writer's version: error %v, %d calls; want an error and no second call", err, len(f.driver.calls))
+	}
+	f.clock.Step(retryStart)
+	f.sync("data")
+	if n := len(f.driver.calls); n != 2 {
+		t.Errorf("%d calls after --retry-interval-start, want the retry", n)
+	}
+}

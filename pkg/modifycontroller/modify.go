@@ -43,12 +43,12 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *v1.PersistentV
 	// A failure here leaves InProgress without an answer, so the next attempt repeats the
 	// idempotent call (rule 14).
 	if _, err := c.cfg.Writer.PatchVolumeAttributesClass(ctx, pv, plan.Target); err != nil {
-		return 0, c.unrecorded(key, written, err)
+		return 0, c.unrecorded(key, written, resize.ClassNone, err)
 	}
 	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 		return modify.SucceededStatus(st, plan.Target)
 	}); err != nil {
-		return 0, c.unrecorded(key, written, err)
+		return 0, c.unrecorded(key, written, resize.ClassNone, err)
 	}
 	msg := "volume modified to VolumeAttributesClass " + plan.Target
 	if took := c.obs.Succeeded(key); took > 0 {
@@ -70,7 +70,7 @@ func (c *Controller) modifyFailed(ctx context.Context, key string, pvc *v1.Persi
 		return modify.FailedStatus(st, plan.Target, ce, now)
 	})
 	if err != nil {
-		return 0, c.unrecorded(key, pvc, errors.Join(fmt.Errorf("ControllerModifyVolume: %w", callErr), err))
+		return 0, c.unrecorded(key, pvc, ce.Class, errors.Join(fmt.Errorf("ControllerModifyVolume: %w", callErr), err))
 	}
 	if ce.Class == resize.ClassInfeasible {
 		c.obs.Infeasible(key)
@@ -136,9 +136,23 @@ func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.Persis
 	return out, nil
 }
 
-// unrecorded holds the PVC version the call was decided on when its answer could not be written,
-// as the expansion controller's: the retry waits --retry-interval-start at least.
-func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, err error) error {
-	c.cfg.Fresh.Hold(key, decidedOn.ResourceVersion, c.cfg.Clock.Now().Add(c.cfg.RetryIntervalStart))
+// holdModification names this controller's holds in the freshness tracker it shares with the
+// expansion controller.
+const holdModification = "modification"
+
+// unrecorded holds the PVC when the answer of the call (of class answer) could not be written, as
+// the expansion controller does: the retry waits as long as it would have, had the answer been
+// recorded (rule 16), unless the user changes the requested class (docs/design.md §2.3 rule 8).
+func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, answer resize.ErrorClass, err error) error {
+	retry := resize.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
+	c.cfg.Fresh.Hold(holdModification, key, requestedClass(decidedOn), c.cfg.Clock.Now().Add(retry.AfterUnrecorded(answer)))
 	return err
+}
+
+// requestedClass is the user's intent the modification acts on, as a hold compares it.
+func requestedClass(pvc *v1.PersistentVolumeClaim) string {
+	if pvc.Spec.VolumeAttributesClassName == nil {
+		return ""
+	}
+	return "class:" + *pvc.Spec.VolumeAttributesClassName
 }

@@ -15,6 +15,16 @@ type Retry struct {
 	Start, Max time.Duration
 }
 
+// AfterUnrecorded is how long to wait before calling again after an answer of class answer
+// that the PVC could not record: what RetryWait would have said right after the answer, had it
+// been recorded (the first wait: Max after an infeasible answer, Start after any other).
+func (r Retry) AfterUnrecorded(answer ErrorClass) time.Duration {
+	if answer == ClassInfeasible {
+		return r.Max
+	}
+	return r.Start
+}
+
 // ReasonFailedPrecondition is the condition reason of a FAILED_PRECONDITION answer, which an
 // offline-only driver gives while a pod uses the volume (docs/design.md §2.3 rule 9).
 const ReasonFailedPrecondition = "FailedPrecondition"

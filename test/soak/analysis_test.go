@@ -154,3 +154,19 @@ func TestSoakAnalysisInFlightAndPace(t *testing.T) {
 		}
 	}
 }
+
+func TestSoakAnalysisVersions(t *testing.T) {
+	ok := []claimVersion{{RV: "1"}, {RV: "2", Audit: 2, Capacity: 1, Allocated: 2}, {RV: "3", Audit: 2}, {RV: "4", Audit: 6}}
+	if vs := checkVersions("ns/c", ok); len(vs) != 0 {
+		t.Errorf("violations %v on versions that keep the condition and allocated >= capacity", vs)
+	}
+	bad := []claimVersion{{RV: "1", Audit: 4}, {RV: "2", Audit: 2}, {RV: "3"}, {RV: "4", Audit: 4, Capacity: 3, Allocated: 2}}
+	vs := checkVersions("ns/c", bad)
+	var got []string
+	for _, v := range vs {
+		got = append(got, v.Invariant)
+	}
+	if strings.Join(got, ",") != "foreign-condition-lost,foreign-condition-lost,allocated-below-capacity" {
+		t.Errorf("violations %v, want the condition set back, then dropped, then allocated below capacity", vs)
+	}
+}

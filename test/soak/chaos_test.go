@@ -329,8 +329,14 @@ func (s *soak) changeClass(ctx context.Context, c claimRef, pvc *v1.PersistentVo
 	s.chaos.add(kind, c.key(), fmt.Sprintf("class %v", target))
 }
 
-// meddler is another controller writing the PVCs' metadata while expansions run: an Update
-// guarded by the resourceVersion it read, so that it and the resizer conflict with each other.
+// auditCondition is the PVC condition the other writer (meddler) keeps: no resizer knows it, so
+// every resizer write must keep it, and a write based on an older version must not bring an
+// older one back.
+const auditCondition v1.PersistentVolumeClaimConditionType = "soak.csi-resizer.io/Audited"
+
+// meddler is another controller writing the PVCs while expansions run: labels and annotations,
+// or (every other time) its own status condition, in an Update guarded by the resourceVersion it
+// read, so that it and the resizer conflict with each other.
 func (s *soak) meddler(ctx context.Context, rng *rand.Rand) {
 	n := 0
 	for ctx.Err() == nil {
@@ -344,22 +350,47 @@ func (s *soak) meddler(ctx context.Context, rng *rand.Rand) {
 		// A controller takes a moment between its read and its write: the resizer's writes
 		// in between make this one conflict, and this one makes the resizer's guarded ones.
 		pause(ctx, time.Duration(rng.Intn(400))*time.Millisecond)
-		if pvc.Labels == nil {
-			pvc.Labels = map[string]string{}
+		what := "labels/annotations"
+		if n%2 == 0 {
+			what = "condition " + string(auditCondition)
+			setAudit(pvc, n)
+			_, err = s.env.Client.CoreV1().PersistentVolumeClaims(c.NS).UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+		} else {
+			touchMetadata(pvc, n)
+			_, err = s.env.Client.CoreV1().PersistentVolumeClaims(c.NS).Update(ctx, pvc, metav1.UpdateOptions{})
 		}
-		if pvc.Annotations == nil {
-			pvc.Annotations = map[string]string{}
-		}
-		pvc.Labels["soak.csi-resizer.io/touched"] = fmt.Sprint(n % 7)
-		pvc.Annotations["soak.csi-resizer.io/note"] = fmt.Sprintf("touch %d", n)
-		_, err = s.env.Client.CoreV1().PersistentVolumeClaims(c.NS).Update(ctx, pvc, metav1.UpdateOptions{})
 		switch {
 		case apierrors.IsConflict(err):
-			s.chaos.add("meddler-conflict", c.key(), "metadata update lost a race")
+			s.chaos.add("meddler-conflict", c.key(), what+" update lost a race")
 		case err == nil:
-			s.chaos.add("touch", c.key(), fmt.Sprintf("labels/annotations, touch %d", n))
+			s.chaos.add("touch", c.key(), fmt.Sprintf("%s, touch %d", what, n))
 		}
 	}
+}
+
+func touchMetadata(pvc *v1.PersistentVolumeClaim, n int) {
+	if pvc.Labels == nil {
+		pvc.Labels = map[string]string{}
+	}
+	if pvc.Annotations == nil {
+		pvc.Annotations = map[string]string{}
+	}
+	pvc.Labels["soak.csi-resizer.io/touched"] = fmt.Sprint(n % 7)
+	pvc.Annotations["soak.csi-resizer.io/note"] = fmt.Sprintf("touch %d", n)
+}
+
+// setAudit adds or refreshes the other writer's condition; its message carries the touch number,
+// which only grows (checkClaim).
+func setAudit(pvc *v1.PersistentVolumeClaim, n int) {
+	cond := v1.PersistentVolumeClaimCondition{Type: auditCondition, Status: v1.ConditionTrue, Reason: "Touched",
+		Message: fmt.Sprintf("touch %d", n), LastTransitionTime: metav1.Now()}
+	for i := range pvc.Status.Conditions {
+		if pvc.Status.Conditions[i].Type == auditCondition {
+			pvc.Status.Conditions[i] = cond
+			return
+		}
+	}
+	pvc.Status.Conditions = append(pvc.Status.Conditions, cond)
 }
 
 // kubelet plays the node steps (there is no kubelet): a PVC in NodeResizePending gets

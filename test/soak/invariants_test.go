@@ -115,12 +115,7 @@ func (s *soak) claimOf(vol string) string {
 
 // checkClaim: the per-PVC invariants over its whole history.
 func (s *soak) checkClaim(c claimRef) []violation {
-	var out []violation
-	for _, v := range s.rec.claimVersions(c.key()) {
-		if v.Allocated != 0 && v.Allocated < v.Capacity {
-			out = append(out, violation{"allocated-below-capacity", c.key(), fmt.Sprintf("version %s: %s", v.RV, v.Summary)})
-		}
-	}
+	out := checkVersions(c.key(), s.rec.claimVersions(c.key()))
 	pv := s.rec.claimPVName(c.key())
 	calls := s.ev.byVolume[c.Volume]
 	for _, a := range calls {
@@ -135,6 +130,24 @@ func (s *soak) checkClaim(c claimRef) []violation {
 		out = append(out, s.checkInFlight(c, calls, m)...)
 	}
 	out = append(out, s.checkPace(c, calls)...)
+	return out
+}
+
+// checkVersions checks every recorded version of one PVC: allocated never below capacity, and the
+// other writer's condition never lost or set back to an older touch (a status write based on an
+// older version, or one that drops conditions it does not know).
+func checkVersions(key string, versions []claimVersion) []violation {
+	var out []violation
+	audit := 0
+	for _, v := range versions {
+		if v.Allocated != 0 && v.Allocated < v.Capacity {
+			out = append(out, violation{"allocated-below-capacity", key, fmt.Sprintf("version %s: %s", v.RV, v.Summary)})
+		}
+		if v.Audit < audit {
+			out = append(out, violation{"foreign-condition-lost", key, fmt.Sprintf("version %s has the other writer's condition at touch %d (0 = gone), an earlier version had touch %d", v.RV, v.Audit, audit)})
+		}
+		audit = max(audit, v.Audit)
+	}
 	return out
 }
 

@@ -34,6 +34,7 @@ type claimVersion struct {
 	Class     string // spec.volumeAttributesClassName
 	Current   string // status.currentVolumeAttributesClassName
 	Modify    string // modifyVolumeStatus "status(target)", "" if none
+	Audit     int    // the touch number in the other writer's condition (auditCondition), 0 if none
 	Summary   string // scenario.Describe
 }
 
@@ -224,6 +225,9 @@ func snapshotClaim(now time.Time, pvc *v1.PersistentVolumeClaim) claimVersion {
 		cv.Class = *pvc.Spec.VolumeAttributesClassName
 	}
 	cv.Current = scenario.CurrentClass(pvc)
+	if c := scenario.Condition(pvc, auditCondition); c != nil {
+		_, _ = fmt.Sscanf(c.Message, "touch %d", &cv.Audit)
+	}
 	if st, target := scenario.ModifyStatus(pvc); st != "" {
 		cv.Modify = fmt.Sprintf("%s(%s)", st, target)
 	}

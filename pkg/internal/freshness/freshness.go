@@ -25,53 +25,67 @@ const maxReplaced = 8
 type Tracker struct {
 	mu       sync.Mutex
 	replaced map[string][]string
-	holds    map[string]hold
+	// holds, by key then by holder (the controller that held it: several controllers share a
+	// tracker and decide on the same objects independently).
+	holds map[string]map[string]hold
 }
 
-// hold: version rv is not to be decided on again before until (Hold).
+// hold: the holder is not to decide on the object again before until, while what the user asks
+// of it is still intent (Hold).
 type hold struct {
-	rv    string
-	until time.Time
+	intent string
+	until  time.Time
 }
 
 // New returns an empty tracker.
-func New() *Tracker { return &Tracker{replaced: map[string][]string{}, holds: map[string]hold{}} }
-
-// Hold says that version rv of key must not be decided on again before until: a driver call was
-// decided on it and its answer could not be written, so rv still says what it said before the
-// call. The echo of the controller's own pre-call write can queue the key again while the call
-// runs, and deciding on rv at once would repeat the call (docs/design.md §2.3 rule 8). Any other
-// version (a user's edit, another writer's) is not held.
-func (t *Tracker) Hold(key, rv string, until time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.holds[key] = hold{rv: rv, until: until}
+func New() *Tracker {
+	return &Tracker{replaced: map[string][]string{}, holds: map[string]map[string]hold{}}
 }
 
-// Decidable is the check a controller's sync makes before deciding on version cached of key:
-// false when the cache is behind this process's own write (Behind: the echo is on its way and
-// queues the key again), and an error while the version is held (Hold): an error, not a delay,
-// so that the work queue's per-key backoff keeps growing.
-func (t *Tracker) Decidable(key, cached string, now time.Time) (bool, error) {
+// Hold says that holder must not decide on key again before until while the object still asks
+// for intent (the part of its spec the holder acts on: the requested size, the requested class):
+// a driver call was decided on it and its answer could not be written, so the object still says
+// what it said before the call. The echo of the controller's own pre-call write, or another
+// writer's change of the status (another controller's, the kubelet's), can queue the key again
+// while the call runs, and deciding at once would repeat the call (docs/design.md §2.3 rule 8).
+// A change of the intent (a user's edit) is not held.
+func (t *Tracker) Hold(holder, key, intent string, until time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.holds[key] == nil {
+		t.holds[key] = map[string]hold{}
+	}
+	t.holds[key][holder] = hold{intent: intent, until: until}
+}
+
+// Decidable is the check a controller's sync makes before deciding on version cached of key,
+// whose intent is intent: false when the cache is behind this process's own write (Behind: the
+// echo is on its way and queues the key again), and an error while the holder holds it (Hold):
+// an error, not a delay, so that the work queue's per-key backoff keeps growing.
+func (t *Tracker) Decidable(holder, key, cached, intent string, now time.Time) (bool, error) {
 	if t.Behind(key, cached) {
 		return false, nil
 	}
-	if held := t.HeldFor(key, cached, now); held > 0 {
-		return false, fmt.Errorf("the answer of the last driver call for %s is not recorded; not deciding on the same version for another %s", key, held)
+	if held := t.HeldFor(holder, key, intent, now); held > 0 {
+		return false, fmt.Errorf("the answer of the last driver call for %s is not recorded; not deciding on it again for another %s", key, held)
 	}
 	return true, nil
 }
 
-// HeldFor is how long version cached of key must still wait (Hold); 0 when it need not.
-func (t *Tracker) HeldFor(key, cached string, now time.Time) time.Duration {
+// HeldFor is how long holder must still wait before deciding on key while it asks for intent
+// (Hold); 0 when it need not.
+func (t *Tracker) HeldFor(holder, key, intent string, now time.Time) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	h, ok := t.holds[key]
+	h, ok := t.holds[key][holder]
 	if !ok {
 		return 0
 	}
-	if h.rv != cached || !now.Before(h.until) {
-		delete(t.holds, key)
+	if h.intent != intent || !now.Before(h.until) {
+		delete(t.holds[key], holder)
+		if len(t.holds[key]) == 0 {
+			delete(t.holds, key)
+		}
 		return 0
 	}
 	return h.until.Sub(now)

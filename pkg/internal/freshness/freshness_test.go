@@ -58,26 +58,37 @@ func TestForgetAndBound(t *testing.T) {
 	}
 }
 
-// TestHold: a held version waits until the hold ends; another version of the key is not held,
-// and ends the hold.
+// TestHold: a hold lasts until it ends whatever versions come meanwhile, for its holder only,
+// and a change of the intent ends it.
 func TestHold(t *testing.T) {
 	tr := New()
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	tr.Hold("ns/a", "7", now.Add(time.Second))
-	if got := tr.HeldFor("ns/a", "7", now); got != time.Second {
+	tr.Hold("expand", "ns/a", "10Gi", now.Add(time.Second))
+	if got := tr.HeldFor("expand", "ns/a", "10Gi", now); got != time.Second {
 		t.Errorf("held for %s, want 1s", got)
 	}
-	if got := tr.HeldFor("ns/b", "7", now); got != 0 {
+	if ok, err := tr.Decidable("expand", "ns/a", "42", "10Gi", now); ok || err == nil {
+		t.Errorf("another version with the same intent: decidable=%v err=%v, want held", ok, err)
+	}
+	if got := tr.HeldFor("modify", "ns/a", "10Gi", now); got != 0 {
+		t.Errorf("another holder held for %s", got)
+	}
+	if got := tr.HeldFor("expand", "ns/b", "10Gi", now); got != 0 {
 		t.Errorf("another key held for %s", got)
 	}
-	if got := tr.HeldFor("ns/a", "7", now.Add(time.Second)); got != 0 {
+	if got := tr.HeldFor("expand", "ns/a", "10Gi", now.Add(time.Second)); got != 0 {
 		t.Errorf("held for %s after the hold ended", got)
 	}
-	tr.Hold("ns/a", "7", now.Add(time.Second))
-	if got := tr.HeldFor("ns/a", "8", now); got != 0 {
-		t.Errorf("a new version held for %s", got)
+	tr.Hold("expand", "ns/a", "10Gi", now.Add(time.Second))
+	if got := tr.HeldFor("expand", "ns/a", "12Gi", now); got != 0 {
+		t.Errorf("a new intent held for %s", got)
 	}
-	if got := tr.HeldFor("ns/a", "7", now); got != 0 {
-		t.Errorf("the hold survived a newer version: %s", got)
+	if got := tr.HeldFor("expand", "ns/a", "10Gi", now); got != 0 {
+		t.Errorf("the hold survived a change of the intent: %s", got)
+	}
+	tr.Hold("expand", "ns/a", "10Gi", now.Add(time.Second))
+	tr.Forget("ns/a")
+	if got := tr.HeldFor("expand", "ns/a", "10Gi", now); got != 0 {
+		t.Errorf("the hold survived Forget: %s", got)
 	}
 }
