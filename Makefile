@@ -26,7 +26,7 @@ UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspat
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check lint-dockerfile image check clean
+.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image check clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -138,13 +138,17 @@ manifests-check: manifests-render ## manifests-render, then server-side dry-run 
 	bash hack/build-k8s-bins.sh >/dev/null
 	$(GO) test -tags integration -count=1 -p 1 -timeout 15m -run '^TestManifests' ./test/integration/
 
+helm-check: ## helm lint + render the Helm chart deploy/helm/statefulset-resizer (default values, webhook.enabled=false) and check it against the kustomize base (builds helm from the module proxy, cached)
+	bash hack/helm-check.sh
+
 lint-dockerfile: ## static checks of the Dockerfile (no Docker engine needed)
 	bash hack/lint-dockerfile.sh
 
 image: ## build the container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
-check: verify test test-fuzz check-rules lint-dockerfile manifests-check test-integration soak-ci bench-smoke ## everything CI runs
+# helm-check before test: it builds helm, which test's deploy/helm tests need under CI=true.
+check: verify helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration soak-ci bench-smoke ## everything CI runs
 
 clean:
 	rm -rf $(BIN)

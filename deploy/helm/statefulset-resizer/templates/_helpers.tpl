@@ -1,0 +1,102 @@
+{{/*
+The chart's name: app.kubernetes.io/name, as in the kustomize base.
+*/}}
+{{- define "statefulset-resizer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The name of every object (suffixed for the Role, the Services and the Secret): the release name
+when it already contains the chart name, so `helm install statefulset-resizer` gives the kustomize
+base's names. 63 characters at most (label values, DNS labels).
+*/}}
+{{- define "statefulset-resizer.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of every object; the caller adds app.kubernetes.io/component as the kustomize base does
+(controller, rbac, metrics, webhook).
+*/}}
+{{- define "statefulset-resizer.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "statefulset-resizer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: csi-resizer
+{{- end }}
+
+{{/*
+The controller pods' selector (immutable on the Deployment: never change it).
+*/}}
+{{- define "statefulset-resizer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "statefulset-resizer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end }}
+
+{{- define "statefulset-resizer.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "statefulset-resizer.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create=false (the existing ServiceAccount to bind)" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Webhook names, shared by the Deployment's flags, the Service, the RBAC resourceNames and the
+MutatingWebhookConfiguration, so that they always agree.
+*/}}
+{{- define "statefulset-resizer.webhookServiceName" -}}
+{{- include "statefulset-resizer.fullname" . }}
+{{- end }}
+{{- define "statefulset-resizer.webhookSecretName" -}}
+{{- printf "%s-webhook-tls" (include "statefulset-resizer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "statefulset-resizer.webhookConfigurationName" -}}
+{{- include "statefulset-resizer.fullname" . }}
+{{- end }}
+
+{{/*
+Leader election: on when asked; replicas > 1 without it is refused (two active controllers).
+*/}}
+{{- define "statefulset-resizer.leaderElection" -}}
+{{- if .Values.leaderElection.enabled }}true
+{{- else if gt (int .Values.replicas) 1 }}
+{{- fail (printf "replicas=%v needs leaderElection.enabled=true: without it every replica would patch the same PVCs; set replicas=1 or leaderElection.enabled=true" .Values.replicas) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The fields both entries of the MutatingWebhookConfiguration share.
+*/}}
+{{- define "statefulset-resizer.webhookCommon" -}}
+admissionReviewVersions: ["v1"]
+clientConfig:
+  service:
+    name: {{ include "statefulset-resizer.webhookServiceName" . }}
+    namespace: {{ .Release.Namespace }}
+    path: /mutate-statefulset-volume-claim-templates
+    port: {{ .Values.webhook.port }}
+rules:
+- apiGroups: ["apps"]
+  apiVersions: ["v1"]
+  resources: ["statefulsets"]
+  operations: ["UPDATE"]
+  scope: Namespaced
+matchPolicy: Equivalent
+failurePolicy: Ignore
+sideEffects: None
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+reinvocationPolicy: Never
+{{- end }}
