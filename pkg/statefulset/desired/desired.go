@@ -1,0 +1,162 @@
+// Package desired is the record of the volume claim template sizes a user asked
+// for but the apiserver would not store: the StatefulSet annotation
+// csi-resizer.io/desired-volume-claim-templates. statefulset-resizer's admission
+// webhook writes it when an update changes only the templates' storage requests
+// (and VolumeAttributesClass names), after putting the live templates back into
+// the request; the controller reads it and resizes the PVCs to it, as if the
+// templates themselves had been changed (docs/design.md, statefulset-resizer's
+// webhook rules).
+//
+// The value is a JSON list with one entry per template of the request, in
+// template order:
+//
+//	[{"name":"data","storage":"20Gi"},{"name":"logs","storage":"2Gi","volumeAttributesClassName":"gold"}]
+package desired
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Annotation is the StatefulSet annotation holding the desired templates.
+const Annotation = "csi-resizer.io/desired-volume-claim-templates"
+
+// OptInLabel, set to OptInValue on a StatefulSet or on its Namespace, opts the
+// StatefulSet in to the webhook: only then are its template size changes
+// accepted and recorded.
+const (
+	OptInLabel = "csi-resizer.io/volume-claim-template-updates"
+	OptInValue = "enabled"
+)
+
+// Template is the desired size (and VolumeAttributesClass) of one volume claim
+// template, named by its metadata.name.
+type Template struct {
+	Name                      string            `json:"name"`
+	Storage                   resource.Quantity `json:"storage"`
+	VolumeAttributesClassName *string           `json:"volumeAttributesClassName,omitempty"`
+}
+
+// Parse decodes and checks an annotation value. The error names the annotation
+// and what is wrong, so that it can be shown to the user as it is.
+func Parse(value string) ([]Template, error) {
+	var ts []Template
+	if err := json.Unmarshal([]byte(value), &ts); err != nil {
+		return nil, fmt.Errorf("annotation %s is not a JSON list of {\"name\",\"storage\"[,\"volumeAttributesClassName\"]} entries: %v; remove the annotation or fix its value", Annotation, err)
+	}
+	if err := validate(ts); err != nil {
+		return nil, fmt.Errorf("annotation %s: %v; remove the annotation or fix its value", Annotation, err)
+	}
+	return ts, nil
+}
+
+// Format encodes ts as an annotation value (storage as canonical quantities).
+func Format(ts []Template) (string, error) {
+	if err := validate(ts); err != nil {
+		return "", fmt.Errorf("cannot record annotation %s: %v", Annotation, err)
+	}
+	if ts == nil {
+		ts = []Template{}
+	}
+	b, err := json.Marshal(ts)
+	if err != nil {
+		return "", fmt.Errorf("encoding annotation %s: %w", Annotation, err)
+	}
+	return string(b), nil
+}
+
+// validate checks what both Parse and Format need: a name per entry, no name
+// twice, a positive size.
+func validate(ts []Template) error {
+	seen := make(map[string]bool, len(ts))
+	for i, t := range ts {
+		switch {
+		case t.Name == "":
+			return fmt.Errorf("entry %d has no name", i)
+		case seen[t.Name]:
+			return fmt.Errorf("template %q appears twice", t.Name)
+		case t.Storage.Sign() <= 0:
+			return fmt.Errorf("template %q: storage must be a positive quantity, got %q", t.Name, t.Storage.String())
+		}
+		seen[t.Name] = true
+	}
+	return nil
+}
+
+// FromStatefulSet reads the annotation of sts; ok is false when it is absent.
+// The error names the StatefulSet and the annotation.
+func FromStatefulSet(sts *appsv1.StatefulSet) (ts []Template, ok bool, err error) {
+	value, ok := sts.Annotations[Annotation]
+	if !ok {
+		return nil, false, nil
+	}
+	ts, err = Parse(value)
+	if err != nil {
+		return nil, true, fmt.Errorf("StatefulSet %s/%s: %w", sts.Namespace, sts.Name, err)
+	}
+	return ts, true, nil
+}
+
+// FromTemplates is the desired list that templates ask for: one entry per
+// template, in order. A template without a storage request is an error, since
+// the annotation always has a size.
+func FromTemplates(templates []corev1.PersistentVolumeClaim) ([]Template, error) {
+	ts := make([]Template, 0, len(templates))
+	for _, t := range templates {
+		q, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]
+		if !ok {
+			return nil, fmt.Errorf("volume claim template %q has no resources.requests.storage", t.Name)
+		}
+		d := Template{Name: t.Name, Storage: q.DeepCopy()}
+		if t.Spec.VolumeAttributesClassName != nil {
+			v := *t.Spec.VolumeAttributesClassName
+			d.VolumeAttributesClassName = &v
+		}
+		ts = append(ts, d)
+	}
+	return ts, validate(ts)
+}
+
+// Apply returns a deep copy of templates with each template's storage request
+// and VolumeAttributesClass name replaced by the desired entry of the same name
+// (a desired entry without a class name clears it); templates without an entry
+// are unchanged. An entry naming no template is an error: the templates were
+// renamed or removed since the desire was recorded.
+func Apply(templates []corev1.PersistentVolumeClaim, ds []Template) ([]corev1.PersistentVolumeClaim, error) {
+	if err := validate(ds); err != nil {
+		return nil, fmt.Errorf("annotation %s: %v", Annotation, err)
+	}
+	byName := make(map[string]int, len(templates))
+	out := make([]corev1.PersistentVolumeClaim, len(templates))
+	for i := range templates {
+		templates[i].DeepCopyInto(&out[i])
+		byName[templates[i].Name] = i
+	}
+	var errs []error
+	for _, d := range ds {
+		i, ok := byName[d.Name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("annotation %s names volume claim template %q, which the StatefulSet does not have", Annotation, d.Name))
+			continue
+		}
+		spec := &out[i].Spec
+		if spec.Resources.Requests == nil {
+			spec.Resources.Requests = corev1.ResourceList{}
+		}
+		spec.Resources.Requests[corev1.ResourceStorage] = d.Storage.DeepCopy()
+		spec.VolumeAttributesClassName = nil
+		if d.VolumeAttributesClassName != nil {
+			v := *d.VolumeAttributesClassName
+			spec.VolumeAttributesClassName = &v
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
