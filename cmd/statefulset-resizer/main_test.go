@@ -46,7 +46,7 @@ func TestFlagDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{workers: 10, qps: 5, burst: 10, resync: 10 * time.Minute, leaseDuration: 15 * time.Second,
-		renewDeadline: 10 * time.Second, retryPeriod: 5 * time.Second, metricsPath: "/metrics", leaderElectionLabels: labelMap{}}
+		renewDeadline: 10 * time.Second, retryPeriod: 5 * time.Second, metricsPath: "/metrics", leaderElectionLabels: labelMap{}, recreate: true}
 	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
 		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
 	}
