@@ -409,8 +409,10 @@ func TestRecreateSurvivesSIGKILL(t *testing.T) {
 }
 
 // An infeasible desired size: `wait` exits 1 with the driver's message, nothing is re-created
-// (same uid, annotation kept); removing the desire (what the webhook does when the manifest in
-// Git goes back to the live size) recovers the PVC to its old request and `wait` exits 0.
+// (same uid, annotation kept). Lowering the desire (the manifest in Git lowered to a size the
+// driver can give; the webhook records it) recovers: the request goes down from the infeasible
+// size to the new one (KEP-1790), the volume grows to it, the StatefulSet is re-created with
+// it, and `wait` exits 0.
 func TestRecreateNotForInfeasibleDesire(t *testing.T) {
 	s := startSTSEnv(t)
 	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
@@ -418,7 +420,8 @@ func TestRecreateNotForInfeasibleDesire(t *testing.T) {
 	old, _ := s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
 	const driverMessage = "no such size in this pool"
 	claim := scenario.ClaimName("web", 0)
-	s.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: driverMessage, VolumeID: ids[claim]}})
+	s.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: driverMessage,
+		VolumeID: ids[claim], MinRequiredBytes: 50 << 30}})
 
 	s.setDesire(t, "web", desire(t, "100Gi"), nil)
 	r := s.wait(t, "web")
@@ -431,16 +434,11 @@ func TestRecreateNotForInfeasibleDesire(t *testing.T) {
 		return cur.UID == old.UID && annotated && s.recordOf(t, "web") == nil, fmt.Sprintf("uid %s (was %s), annotated %v: re-created", cur.UID, old.UID, annotated)
 	})
 
-	s.Driver.SetFaults(t, nil)
-	s.setDesire(t, "web", "", nil)
-	s.WaitClaim(t, claim, stsTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
-		return scenario.Request(pvc) == "1Gi", "want the request lowered back to 1Gi (recovery)"
-	})
+	s.setDesire(t, "web", desire(t, "2Gi"), nil)
+	s.waitDone(t, claim, "2Gi")
+	s.waitRecreated(t, "web", old.UID, "2Gi")
 	if r := s.wait(t, "web"); r.Code != 0 {
-		t.Errorf("wait after the desire was removed: %s; want exit 0", r)
-	}
-	if cur, _ := s.StatefulSet(t, "web"); cur.UID != old.UID {
-		t.Errorf("re-created (uid %s, was %s) though the desire was removed", cur.UID, old.UID)
+		t.Errorf("wait after the desire was lowered: %s; want exit 0", r)
 	}
 }
 
