@@ -97,14 +97,15 @@ func (c *Controller) storeRecord(ctx context.Context, cached *appsv1.StatefulSet
 	if err != nil {
 		return nil, ignoreNotFound(err, "read StatefulSet %s/%s to re-create it", cached.Namespace, cached.Name)
 	}
-	if live.ResourceVersion != cached.ResourceVersion {
-		// Changed since the decision (perhaps by our own status write): its
-		// event brings the key back, and the decision is made again.
+	if live.UID != cached.UID || live.ResourceVersion != cached.ResourceVersion {
+		// Changed since the decision (perhaps by our own status write), or
+		// another object: its event brings the key back, and the decision is
+		// made again.
 		return nil, nil
 	}
-	ds, _, err := desired.FromStatefulSet(live)
-	if err != nil {
-		return nil, nil // told by desiredTemplates
+	ds, ok, err := desired.FromStatefulSet(live)
+	if !ok || err != nil {
+		return nil, nil // an unusable one is told by desiredTemplates
 	}
 	templates, err := desired.Apply(live.Spec.VolumeClaimTemplates, ds)
 	if err != nil {
