@@ -443,14 +443,28 @@ func TestRecreateNotForInfeasibleDesire(t *testing.T) {
 }
 
 // --recreate=false: the PVCs grow to the desired size and `wait` exits 0, but the object stays
-// (same uid) with its annotation and 1Gi template.
+// (same uid) with its annotation and 1Gi template. `wait`, started right after the annotation
+// was set (which leaves the generation as it was, and the status "finished" for it), does not
+// pass on that status: it exits only once the PVCs are at the desired size (csi-resizer is
+// stopped until the window has been observed).
 func TestRecreateDisabled(t *testing.T) {
 	s := startSTSEnv(t)
 	s.StartStatefulSetResizer(t, s.ssrKubeconfig, "--recreate=false")
 	s.CreateStatefulSet(t, s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 2, Policy: appsv1.ParallelPodManagement, Size: "1Gi"}))
 	old, _ := s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	if err := s.Resizer.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	s.setDesire(t, "web", desire(t, "2Gi"), nil)
-	if r := s.wait(t, "web"); r.Code != 0 {
+	waiting := s.StartWait(t, s.ssrKubeconfig, "web", "--timeout", stsTimeout.String())
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		if waiting.Exited() {
+			return false, fmt.Sprintf("wait ended while every PVC was at 1Gi: %s", waiting.Result(t))
+		}
+		return true, ""
+	})
+	s.Resizer.Start(t)
+	if r := waiting.Result(t); r.Code != 0 {
 		t.Fatalf("wait: %s; want exit 0", r)
 	}
 	for i := 0; i < 2; i++ {
