@@ -33,7 +33,7 @@ const maxRecreateSteps = 5
 // each step's result (not the cache, which lags behind it) is the input of
 // the next. sts is nil when the cache has no StatefulSet of the name.
 func (c *Controller) recreateSteps(ctx context.Context, namespace, name string, sts *appsv1.StatefulSet, wanted bool) error {
-	rec, err := c.record(namespace, name, sts)
+	rec, err := c.record(ctx, namespace, name, sts)
 	if err != nil || (rec == nil && !wanted) {
 		return err
 	}
@@ -70,7 +70,7 @@ func (c *Controller) recreateSteps(ctx context.Context, namespace, name string, 
 // record returns the StatefulSet's record from the cache, nil when there is
 // none. One that cannot be read is told on the StatefulSet and left alone: it
 // is the only copy of what the re-create was to create.
-func (c *Controller) record(namespace, name string, sts *appsv1.StatefulSet) (*recreate.Record, error) {
+func (c *Controller) record(ctx context.Context, namespace, name string, sts *appsv1.StatefulSet) (*recreate.Record, error) {
 	cm, err := c.cmLister.ConfigMaps(namespace).Get(recreate.RecordName(name))
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -84,7 +84,7 @@ func (c *Controller) record(namespace, name string, sts *appsv1.StatefulSet) (*r
 			c.recorder.Eventf(sts, corev1.EventTypeWarning, EventRecreateFailed,
 				"%v; fix it, or delete it if the StatefulSet is as it should be", err)
 		}
-		klog.Background().Error(err, "Not continuing the re-create", "statefulset", klog.KRef(namespace, name))
+		klog.FromContext(ctx).Error(err, "Not continuing the re-create")
 		return nil, nil
 	}
 	return rec, nil
