@@ -245,3 +245,39 @@ func TestParseTarget(t *testing.T) {
 		}
 	}
 }
+
+// A webhook-applied size change through the re-create: the old object with
+// the desire and a status from before it, then the same with the volumes
+// resized and a re-create to come, then no object (between the delete and the
+// create), then the new object (another uid, generation 1) carrying the old
+// document, then its own finished document. Only the last one ends the wait.
+func TestWaitThroughTheRecreate(t *testing.T) {
+	const want = `[{"name":"data","storage":"2Gi"}]`
+	old := func(st status.VolumeClaimTemplates) *appsv1.StatefulSet {
+		st.UID = "old"
+		s := sts(2, &st, "data")
+		s.UID = "old"
+		s.Annotations[desired.Annotation] = want
+		return s
+	}
+	finished := []status.Template{{TemplateName: "data", ReadyReplicas: 3, FinishedReconciliationGeneration: 2}}
+	before := old(status.VolumeClaimTemplates{ObservedGeneration: 2, Templates: finished})
+	resized := old(status.VolumeClaimTemplates{ObservedGeneration: 2, Desired: want, Recreate: true, Templates: finished})
+	copied := sts(1, nil, "data")
+	copied.UID = "new"
+	copied.Annotations = map[string]string{status.Annotation: resized.Annotations[status.Annotation]}
+	recreated := sts(1, &status.VolumeClaimTemplates{ObservedGeneration: 1, UID: "new",
+		Templates: []status.Template{{TemplateName: "data", ReadyReplicas: 3, FinishedReconciliationGeneration: 1}}}, "data")
+	recreated.UID = "new"
+
+	var progress []string
+	v := Wait(context.Background(), &scripted{answers: []func() (*appsv1.StatefulSet, error){
+		answer(before, nil), answer(resized, nil), answer(nil, apierrors.NewNotFound(gr, "web")), answer(copied, nil), answer(recreated, nil),
+	}}, "ns", "web", Options{Timeout: 20 * time.Second, Interval: time.Millisecond, Progress: func(m string) { progress = append(progress, m) }})
+	if v.Outcome != Finished || !strings.Contains(v.Message, "finished for generation 1") {
+		t.Fatalf("got %+v, want finished for the re-created object's generation 1", v)
+	}
+	if len(progress) != 4 {
+		t.Errorf("progress %q, want one message per state before the end (4)", progress)
+	}
+}
