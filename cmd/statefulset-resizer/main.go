@@ -109,7 +109,8 @@ type options struct {
 	httpEndpoint string
 	metricsPath  string
 
-	webhook webhookOptions
+	webhook  webhookOptions
+	recreate bool
 }
 
 func addFlags(fs *flag.FlagSet) *options {
@@ -129,6 +130,7 @@ func addFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
 	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
 	addWebhookFlags(fs, &o.webhook)
+	fs.BoolVar(&o.recreate, "recreate", true, "Once the PVCs of a StatefulSet reached the sizes of its csi-resizer.io/desired-volume-claim-templates annotation, replace the StatefulSet by one with those volume claim templates (crash-safe orphan delete and create; pods are kept). false: resize the PVCs and keep the annotation. Re-creates already under way are finished either way.")
 	return o
 }
 
@@ -224,7 +226,7 @@ func run(ctx context.Context, o *options) error {
 	if err := m.Register(legacyregistry.Register); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	ctrl, err := controller.New(ctx, client, factory, recorder, clock.RealClock{}, controller.Options{Metrics: m})
+	ctrl, err := controller.New(ctx, client, factory, recorder, clock.RealClock{}, controller.Options{Metrics: m, Recreate: o.recreate})
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func TestFlagDefaults(t *testing.T) {
 	want := options{workers: 10, qps: 5, burst: 10, resync: 10 * time.Minute, leaseDuration: 15 * time.Second,
 		renewDeadline: 10 * time.Second, retryPeriod: 5 * time.Second, metricsPath: "/metrics", leaderElectionLabels: labelMap{},
 		webhook: webhookOptions{serviceName: "statefulset-resizer", secretName: "statefulset-resizer-webhook-tls",
-			configurationName: "statefulset-resizer", checkInterval: time.Minute}}
+			configurationName: "statefulset-resizer", checkInterval: time.Minute}, recreate: true}
 	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
 		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
 	}

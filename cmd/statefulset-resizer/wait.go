@@ -23,7 +23,10 @@ const waitUsage = `Usage: statefulset-resizer wait NAMESPACE/NAME [--timeout 5m]
 Waits until every volume claim template of the StatefulSet is finished for its
 current generation (status annotation csi-resizer.io/volume-claim-templates-status,
 written by the statefulset-resizer controller). Flags may come before or after
-NAMESPACE/NAME.
+NAMESPACE/NAME. Sizes recorded by the admission webhook (annotation
+csi-resizer.io/desired-volume-claim-templates) count: the wait lasts until the
+volumes have them and, unless the controller runs with --recreate=false, until
+the StatefulSet was re-created with them.
 
 Exit codes:
   0  every template is finished for the current generation

@@ -65,7 +65,8 @@ var expectedRoles = []struct {
 		kind: "ClusterRole", name: "statefulset-resizer",
 		why: "statefulset-resizer (statefulset-resizer/clusterrole.yaml)",
 		grants: map[grant][]string{
-			{"apps", "statefulsets"}:             {"get", "list", "watch", "patch"},
+			{"apps", "statefulsets"}:             {"get", "list", "watch", "patch", "delete", "create"},
+			{"", "configmaps"}:                   {"get", "list", "watch", "create", "update", "delete"},
 			{"", "persistentvolumeclaims"}:       {"get", "list", "watch", "patch"},
 			{"", "pods"}:                         {"get", "list", "watch"},
 			{"storage.k8s.io", "storageclasses"}: {"get", "list", "watch"},

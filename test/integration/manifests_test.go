@@ -216,6 +216,11 @@ func TestManifestsRBACEffective(t *testing.T) {
 		{controller, "app", "watch", "statefulsets.apps", "", true},
 		{controller, "app", "patch", "statefulsets.apps", "", true},
 		{controller, "app", "update", "statefulsets.apps", "", false},
+		{controller, "app", "delete", "statefulsets.apps", "", true}, // the re-create (--recreate)
+		{controller, "app", "create", "statefulsets.apps", "", true},
+		{controller, "app", "watch", "configmaps", "", true}, // the re-create's record
+		{controller, "app", "create", "configmaps", "", true},
+		{controller, "app", "delete", "configmaps", "", true},
 		{controller, "app", "patch", "persistentvolumeclaims", "", true},
 		{controller, "app", "patch", "persistentvolumeclaims", "status", false},
 		{controller, "app", "delete", "persistentvolumeclaims", "", false},

@@ -192,7 +192,7 @@ func expect(t *testing.T, s *appsv1.StatefulSet, liveSize, desire string) {
 	}
 }
 
-func desire(size string) string {
+func desireJSON(size string) string {
 	return fmt.Sprintf(`[{"name":"%s","storage":"%s"}]`, scenario.TemplateName, size)
 }
 
@@ -203,7 +203,7 @@ func (w *webhookEnv) testClientSideApply(t *testing.T) {
 	m.Spec.Replicas = ptr.To[int32](2) // the rest of the update goes through
 	w.kubectl(t, "apply", "-f", w.write(t, m))
 	s := w.get(t, w.Namespace, "csa")
-	expect(t, s, "1Gi", desire("3Gi"))
+	expect(t, s, "1Gi", desireJSON("3Gi"))
 	if *s.Spec.Replicas != 2 {
 		t.Errorf("replicas %d, want the applied 2", *s.Spec.Replicas)
 	}
@@ -211,7 +211,7 @@ func (w *webhookEnv) testClientSideApply(t *testing.T) {
 	// Another manager's write (a label, an annotation) keeps the desire.
 	w.kubectl(t, "-n", w.Namespace, "annotate", "statefulset/csa", "team=storage")
 	w.kubectl(t, "-n", w.Namespace, "label", "statefulset/csa", "tier=db")
-	expect(t, w.get(t, w.Namespace, "csa"), "1Gi", desire("3Gi"))
+	expect(t, w.get(t, w.Namespace, "csa"), "1Gi", desireJSON("3Gi"))
 
 	// Lowering the template in Git back to the live size cancels the desire (rule 8).
 	m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("1Gi")
@@ -224,17 +224,17 @@ func (w *webhookEnv) testServerSideApply(t *testing.T) {
 	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
 	m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("5Gi")
 	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
-	expect(t, w.get(t, w.Namespace, "ssa"), "1Gi", desire("5Gi"))
+	expect(t, w.get(t, w.Namespace, "ssa"), "1Gi", desireJSON("5Gi"))
 
 	w.kubectl(t, "-n", w.Namespace, "annotate", "statefulset/ssa", "team=storage")
 	w.kubectl(t, "-n", w.Namespace, "label", "statefulset/ssa", "tier=db")
-	expect(t, w.get(t, w.Namespace, "ssa"), "1Gi", desire("5Gi"))
+	expect(t, w.get(t, w.Namespace, "ssa"), "1Gi", desireJSON("5Gi"))
 
 	// The same manifest with another replica count: no conflict, field managers are sane.
 	m.Spec.Replicas = ptr.To[int32](3)
 	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
 	s := w.get(t, w.Namespace, "ssa")
-	expect(t, s, "1Gi", desire("5Gi"))
+	expect(t, s, "1Gi", desireJSON("5Gi"))
 	if *s.Spec.Replicas != 3 {
 		t.Errorf("replicas %d, want 3", *s.Spec.Replicas)
 	}
@@ -251,7 +251,7 @@ func (w *webhookEnv) testReplace(t *testing.T) {
 	live.ManagedFields = nil
 	live.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("4Gi")
 	w.kubectl(t, "replace", "-f", w.write(t, live))
-	expect(t, w.get(t, w.Namespace, "replace"), "1Gi", desire("4Gi"))
+	expect(t, w.get(t, w.Namespace, "replace"), "1Gi", desireJSON("4Gi"))
 }
 
 // A VolumeAttributesClass change (with or without a size change) is recorded like a size.
@@ -277,7 +277,7 @@ func (w *webhookEnv) testDryRun(t *testing.T) {
 		t.Fatalf("dry-run output: %v\n%s", err, out)
 	}
 	// The answer says what a real apply would do.
-	expect(t, &answered, "1Gi", desire("6Gi"))
+	expect(t, &answered, "1Gi", desireJSON("6Gi"))
 	// --force-conflicts: the object was made by client-side apply.
 	w.kubectl(t, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", big)
 	after := w.get(t, w.Namespace, "dryrun")
@@ -338,7 +338,7 @@ func (w *webhookEnv) testNamespaceOptIn(t *testing.T) {
 			continue
 		}
 		w.kubectl(t, "apply", "-f", w.write(t, m))
-		expect(t, w.get(t, ns, name), "1Gi", desire("7Gi"))
+		expect(t, w.get(t, ns, name), "1Gi", desireJSON("7Gi"))
 	}
 }
 
@@ -364,7 +364,7 @@ func (w *webhookEnv) testRestartKeepsCertificate(t *testing.T) {
 		out, err := w.Cluster.Kubectl(t, "apply", "-f", big)
 		return err == nil, fmt.Sprintf("%v %s", err, out)
 	})
-	expect(t, w.get(t, w.Namespace, "restarted"), "1Gi", desire("8Gi"))
+	expect(t, w.get(t, w.Namespace, "restarted"), "1Gi", desireJSON("8Gi"))
 	after, err := w.Client.CoreV1().Secrets(w.Namespace).Get(w.Ctx, secret.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

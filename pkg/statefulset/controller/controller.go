@@ -31,6 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -47,6 +48,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
 )
 
 // Name is the controller's name: event source component, work queue name
@@ -62,6 +64,11 @@ type Options struct {
 	// transient error. Defaults: 500ms and 5m.
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
+	// Recreate enables the re-create of a StatefulSet whose volumes reached
+	// the sizes of its desired-templates annotation (package recreate).
+	// Re-creates already under way (a record exists) are finished even when
+	// it is off: stopping half-way could leave no StatefulSet.
+	Recreate bool
 }
 
 // Controller reconciles StatefulSet volume claim templates with PVCs.
@@ -76,13 +83,21 @@ type Controller struct {
 	podLister corelisters.PodLister
 	pvcLister corelisters.PersistentVolumeClaimLister
 	scLister  storagelisters.StorageClassLister
-	synced    []cache.InformerSynced
+	// cmLister holds only the re-create records (label recreate.RecordLabel),
+	// from recordFactory.
+	cmLister      corelisters.ConfigMapLister
+	recordFactory informers.SharedInformerFactory
+	synced        []cache.InformerSynced
+	recreate      bool
 
 	// queue holds "namespace/name" keys of StatefulSets.
 	queue workqueue.TypedRateLimitingInterface[string]
 
 	// events dedups the Warning events (see recordEvents).
 	events *eventCache
+	// invalidDesire and invalidRecord dedup the events about an unusable
+	// desired-templates annotation and an unreadable re-create record.
+	invalidDesire, invalidRecord onceCache
 	// fresh holds the versions this process's PVC patches and status writes
 	// replaced (keys from writeKey), until the cache shows the writes.
 	fresh *freshness.Tracker
@@ -112,8 +127,13 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: clk}),
-		events: newEventCache(),
-		fresh:  freshness.New(),
+		events:   newEventCache(),
+		fresh:    freshness.New(),
+		recreate: opts.Recreate,
+		// Records are few and short-lived; a separate factory lists and
+		// watches only them, not every ConfigMap of the cluster.
+		recordFactory: informers.NewSharedInformerFactoryWithOptions(client, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = recreate.RecordLabel + "=true" })),
 	}
 
 	stsInformer := factory.Apps().V1().StatefulSets()
@@ -122,6 +142,8 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 	scInformer := factory.Storage().V1().StorageClasses()
 	c.stsLister, c.podLister = stsInformer.Lister(), podInformer.Lister()
 	c.pvcLister, c.scLister = pvcInformer.Lister(), scInformer.Lister()
+	cmInformer := c.recordFactory.Core().V1().ConfigMaps()
+	c.cmLister = cmInformer.Lister()
 
 	for _, reg := range []struct {
 		informer  cache.SharedIndexInformer
@@ -136,6 +158,8 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 			AddFunc: c.pvcChanged, UpdateFunc: c.updatePVC, DeleteFunc: c.pvcDeleted}},
 		{scInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.storageClassChanged, UpdateFunc: c.updateStorageClass, DeleteFunc: c.storageClassChanged}},
+		{cmInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
+			AddFunc: c.recordChanged, UpdateFunc: func(_, obj any) { c.recordChanged(obj) }, DeleteFunc: c.recordChanged}},
 	} {
 		if err := reg.informer.SetTransform(reg.transform); err != nil {
 			return nil, fmt.Errorf("set informer transform (create the controller before starting the informer factory): %w", err)
@@ -163,6 +187,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer logger.Info("Stopped controller", "controller", Name)
 
 	c.factory.Start(ctx.Done())
+	c.recordFactory.Start(ctx.Done())
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced...) {
 		return nil // only happens when ctx ended: a normal shutdown
 	}
@@ -189,36 +214,51 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 		utilruntime.HandleErrorWithContext(ctx, err, "Invalid work queue key", "key", key)
 		return nil
 	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "statefulset", klog.KRef(namespace, name))
+	ctx = klog.NewContext(ctx, logger)
 	sts, err := c.stsLister.StatefulSets(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.metrics.ForgetStatefulSet(namespace, name)
 		c.events.forget(key)
+		c.invalidDesire.forget(key)
 		c.fresh.Forget(writeKey("sts", namespace, name))
-		return nil
+		// Absent in the middle of a re-create: create it from the record.
+		return c.recreateSteps(ctx, namespace, name, nil, false)
 	}
 	if err != nil {
 		return fmt.Errorf("get StatefulSet %s from cache: %w", key, err)
 	}
-	logger := klog.LoggerWithValues(klog.FromContext(ctx), "statefulset", klog.KObj(sts))
-	ctx = klog.NewContext(ctx, logger)
+	wanted, err := c.reconcile(ctx, sts, key)
+	// A re-create under way is continued whatever the reconcile found.
+	return errors.Join(err, c.recreateSteps(ctx, namespace, name, sts, wanted && err == nil))
+}
 
-	in, err := c.gather(sts)
+// reconcile decides and carries out the PVC resizes of one StatefulSet, and
+// reports whether its re-create is wanted now (recreate.Wanted).
+func (c *Controller) reconcile(ctx context.Context, sts *appsv1.StatefulSet, key string) (bool, error) {
+	logger := klog.FromContext(ctx)
+	in, err := c.gather(sts, key)
 	if err != nil {
-		return err
+		return false, err
 	}
 	decision := plan.Decide(in)
 	if decision.Deferred != "" {
 		logger.V(4).Info("Not reconciling yet", "reason", decision.Deferred)
-		return nil
+		return false, nil
 	}
 	logUnready(logger, sts, decision)
-	return c.apply(ctx, sts, key, decision)
+	pending := recreate.Pending(c.recreate, sts, in.Templates)
+	if err := c.apply(ctx, sts, key, decision, pending); err != nil {
+		return false, err
+	}
+	return recreate.Wanted(pending, decision), nil
 }
 
 // apply carries a decision out: the PVC patches, the events, the gauges and
 // the status annotation, in that order (the status reports patches the
 // apiserver rejected).
-func (c *Controller) apply(ctx context.Context, sts *appsv1.StatefulSet, key string, d *plan.Decision) error {
+// recreatePending goes into the status (see status.VolumeClaimTemplates.Recreate).
+func (c *Controller) apply(ctx context.Context, sts *appsv1.StatefulSet, key string, d *plan.Decision, recreatePending bool) error {
 	transientErr := c.applyPatches(ctx, sts, d)
 	c.recordEvents(sts, key, d)
 	counts := map[string]ssmetrics.TemplateCounts{}
@@ -227,7 +267,9 @@ func (c *Controller) apply(ctx context.Context, sts *appsv1.StatefulSet, key str
 		counts[d.Templates[i].Name] = ssmetrics.TemplateCounts{Pending: int(n.Pending), Infeasible: int(n.Failed)}
 	}
 	c.metrics.SetStatefulSet(sts.Namespace, sts.Name, counts)
-	statusErr := c.writeStatus(ctx, sts, d.Status())
+	st := d.Status()
+	st.Recreate = recreatePending
+	statusErr := c.writeStatus(ctx, sts, st)
 	return errors.Join(transientErr, statusErr)
 }
 
@@ -246,9 +288,12 @@ func logUnready(logger klog.Logger, sts *appsv1.StatefulSet, d *plan.Decision) {
 }
 
 // gather collects the decision's inputs from the informer caches.
-func (c *Controller) gather(sts *appsv1.StatefulSet) (plan.Input, error) {
+func (c *Controller) gather(sts *appsv1.StatefulSet, key string) (plan.Input, error) {
+	templates, value := c.desiredTemplates(sts, key)
 	in := plan.Input{
 		StatefulSet:    sts,
+		Templates:      templates,
+		Desired:        value,
 		Pods:           map[string]*corev1.Pod{},
 		PVCs:           map[string]*corev1.PersistentVolumeClaim{},
 		StorageClasses: map[string]*storagev1.StorageClass{},

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
 )
 
 // lastAppliedAnnotation is kubectl's copy of the applied manifest; on
@@ -144,6 +145,16 @@ func isOrdinalName(name, prefix string) bool {
 	}
 	_, err := strconv.ParseUint(rest, 10, 31)
 	return err == nil
+}
+
+// recordChanged enqueues the StatefulSet of a re-create record.
+func (c *Controller) recordChanged(obj any) {
+	enqueueFor(c.queue, obj, func(cm *corev1.ConfigMap) []string {
+		if name, ok := recreate.StatefulSetName(cm); ok {
+			return []string{cm.Namespace + "/" + name}
+		}
+		return nil
+	})
 }
 
 func (c *Controller) storageClassChanged(any) {

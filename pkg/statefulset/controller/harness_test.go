@@ -56,6 +56,13 @@ type harness struct {
 
 func newHarness(t *testing.T, objects ...runtime.Object) *harness {
 	t.Helper()
+	return newHarnessWith(t, Options{}, objects...)
+}
+
+// newHarnessWith is newHarness with options (Metrics and the retry delays
+// are the harness's own).
+func newHarnessWith(t *testing.T, opts Options, objects ...runtime.Object) *harness {
+	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), testLogger(t)))
 	h := &harness{t: t, ctx: ctx, client: fake.NewClientset(objects...), recorder: record.NewFakeRecorder(100)}
 	h.factory = informers.NewSharedInformerFactory(h.client, 0)
@@ -64,8 +71,8 @@ func newHarness(t *testing.T, objects ...runtime.Object) *harness {
 	if err := m.Register(h.registry.Register); err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := New(ctx, h.client, h.factory, h.recorder, clock.RealClock{},
-		Options{Metrics: m, RetryBaseDelay: time.Millisecond, RetryMaxDelay: 10 * time.Millisecond})
+	opts.Metrics, opts.RetryBaseDelay, opts.RetryMaxDelay = m, time.Millisecond, 10*time.Millisecond
+	ctrl, err := New(ctx, h.client, h.factory, h.recorder, clock.RealClock{}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

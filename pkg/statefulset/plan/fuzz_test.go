@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
 // byteSource turns fuzzer bytes into small choices; it yields zeros once
@@ -51,6 +53,17 @@ func randomWorld(b *byteSource) *world {
 	w := newWorld(replicas, policy, templates...)
 	for i := range w.sts.Spec.VolumeClaimTemplates {
 		w.sts.Spec.VolumeClaimTemplates[i].Spec.Resources.Requests[corev1.ResourceStorage] = b.size()
+	}
+	if b.flag() { // a desire recorded by the webhook, for some template
+		w.setDesired(w.sts.Spec.VolumeClaimTemplates[b.pick(len(w.sts.Spec.VolumeClaimTemplates))].Name, b.sizeString())
+	}
+	if b.flag() { // a previous status, finished for this generation, for some desire
+		prev := status.VolumeClaimTemplates{ObservedGeneration: w.sts.Generation, UID: w.sts.UID, Desired: []string{"", w.desired, "other"}[b.pick(3)]}
+		for _, tmpl := range w.sts.Spec.VolumeClaimTemplates {
+			prev.Templates = append(prev.Templates, status.Template{TemplateName: tmpl.Name, FinishedReconciliationGeneration: w.sts.Generation})
+		}
+		value, _ := prev.Encode()
+		w.sts.Annotations = map[string]string{status.Annotation: value}
 	}
 	for _, name := range sortedKeys(w.pods) {
 		pod := w.pods[name]
@@ -125,6 +138,10 @@ func randomWorld(b *byteSource) *world {
 //   - a failing (retried) resize is reported only from an error condition
 //     about the size the resizer tried, is Pending (never counted as
 //     infeasible), and is the only thing with a VolumeResizeFailing event;
+//   - the sizes are the desired templates' when given (the StatefulSet's
+//     own otherwise), the status records the desire, and a finished
+//     generation is kept from a previous status only if that was written for
+//     the same desire;
 //   - the status counts add up, and the message names at most
 //     maxMessageEntries replicas, then "and N more".
 func FuzzDecideInvariants(f *testing.F) {
@@ -216,14 +233,35 @@ func FuzzDecideInvariants(f *testing.F) {
 				}
 			}
 		}
+		templates := w.templates
+		if templates == nil {
+			templates = w.sts.Spec.VolumeClaimTemplates
+		}
+		for i, td := range d.Templates {
+			if want := templates[i].Spec.Resources.Requests[corev1.ResourceStorage]; td.Size.Cmp(want) != 0 {
+				t.Fatalf("template %s decided for %s, want %s (desired %q)", td.Name, &td.Size, &want, w.desired)
+			}
+		}
 		st := d.Status()
+		if st.Desired != w.desired {
+			t.Fatalf("status desired %q, want %q", st.Desired, w.desired)
+		}
+		prev, _ := status.FromStatefulSet(w.sts)
 		for i, ts := range st.Templates {
+			if prev != nil && prev.Desired != w.desired && ts.FinishedReconciliationGeneration != 0 && ts.ReadyReplicas != d.DesiredReplicas {
+				t.Fatalf("template %s finished (%d) from a status for another desire (%q, now %q), %d/%d ready",
+					ts.TemplateName, ts.FinishedReconciliationGeneration, prev.Desired, w.desired, ts.ReadyReplicas, d.DesiredReplicas)
+			}
 			c := d.Templates[i].Count()
 			if ts.ReadyReplicas+ts.InfeasibleReplicas > d.DesiredReplicas ||
 				c.Ready+c.Pending+c.Failed != d.DesiredReplicas {
 				t.Fatalf("counts do not add up: %+v %+v replicas %d", ts, c, d.DesiredReplicas)
 			}
-			if (ts.FinishedReconciliationGeneration == d.Generation) != (ts.ReadyReplicas == d.DesiredReplicas) &&
+			// A finished generation kept from the previous status of the same
+			// desire may stand with fewer replicas ready now.
+			kept := prev != nil && prev.Desired == w.desired && prev.Template(ts.TemplateName) != nil &&
+				prev.Template(ts.TemplateName).FinishedReconciliationGeneration == ts.FinishedReconciliationGeneration
+			if !kept && (ts.FinishedReconciliationGeneration == d.Generation) != (ts.ReadyReplicas == d.DesiredReplicas) &&
 				ts.FinishedReconciliationGeneration != 0 {
 				t.Fatalf("finished generation %d with %d/%d ready", ts.FinishedReconciliationGeneration, ts.ReadyReplicas, d.DesiredReplicas)
 			}

@@ -114,7 +114,19 @@ const maxMessageEntries = 3
 // is absent from a map is treated as not existing (PVC, Pod) or unknown
 // (StorageClass: the apiserver decides).
 type Input struct {
-	StatefulSet    *appsv1.StatefulSet
+	StatefulSet *appsv1.StatefulSet
+	// Templates are the volume claim templates to reconcile the PVCs with:
+	// the StatefulSet's own, with the sizes of its desired-templates
+	// annotation when that is valid (package desired). Nil means the
+	// StatefulSet's own templates.
+	Templates []corev1.PersistentVolumeClaim
+	// Desired is the value of the desired-templates annotation as seen
+	// ("" when there is none; recorded even when it is invalid and the
+	// live templates are used).
+	// The status records it, so that `wait` can tell a document written for
+	// other desired sizes at the same generation (the webhook changes only
+	// an annotation, which does not bump the generation).
+	Desired        string
 	Pods           map[string]*corev1.Pod
 	PVCs           map[string]*corev1.PersistentVolumeClaim
 	StorageClasses map[string]*storagev1.StorageClass
@@ -136,6 +148,8 @@ type Decision struct {
 	Ordered bool
 	// Templates has one entry per volume claim template, in spec order.
 	Templates []TemplateDecision
+	// Desired is Input.Desired, recorded in the status.
+	Desired string
 
 	previous *status.VolumeClaimTemplates
 }
@@ -203,6 +217,7 @@ func Decide(in Input) *Decision {
 		UID:             sts.UID,
 		DesiredReplicas: desiredReplicas(sts),
 		Ordered:         sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement,
+		Desired:         in.Desired,
 	}
 	// A status that cannot be parsed, or that was written for another
 	// object, is treated as absent: it is ours to rewrite, and failing here
@@ -235,8 +250,12 @@ func Decide(in Input) *Decision {
 	if sts.Spec.Ordinals != nil {
 		start = sts.Spec.Ordinals.Start
 	}
-	for i := range sts.Spec.VolumeClaimTemplates {
-		d.Templates = append(d.Templates, d.decideTemplate(in, selector, &sts.Spec.VolumeClaimTemplates[i], start))
+	templates := in.Templates
+	if templates == nil {
+		templates = sts.Spec.VolumeClaimTemplates
+	}
+	for i := range templates {
+		d.Templates = append(d.Templates, d.decideTemplate(in, selector, &templates[i], start))
 	}
 	return d
 }
@@ -717,14 +736,21 @@ func (td *TemplateDecision) Count() Count {
 // it keeps the finished generation from the previous document, if any.
 // Status must not be called on a Deferred decision.
 func (d *Decision) Status() status.VolumeClaimTemplates {
-	out := status.VolumeClaimTemplates{ObservedGeneration: d.Generation, UID: d.UID, Templates: []status.Template{}}
+	out := status.VolumeClaimTemplates{ObservedGeneration: d.Generation, UID: d.UID, Desired: d.Desired, Templates: []status.Template{}}
+	// A finished generation of the previous document holds only for the
+	// desired sizes it was written for: a new desire at the same generation
+	// is not finished until its replicas are.
+	previous := d.previous
+	if previous != nil && previous.Desired != d.Desired {
+		previous = nil
+	}
 	for i := range d.Templates {
 		td := &d.Templates[i]
 		c := td.Count()
 		ts := status.Template{TemplateName: td.Name, ReadyReplicas: c.Ready, InfeasibleReplicas: c.Failed}
 		if c.Ready == d.DesiredReplicas {
 			ts.FinishedReconciliationGeneration = d.Generation
-		} else if prev := d.previous.Template(td.Name); prev != nil && prev.FinishedReconciliationGeneration <= d.Generation {
+		} else if prev := previous.Template(td.Name); prev != nil && prev.FinishedReconciliationGeneration <= d.Generation {
 			// d.previous is this object's own document (Decide dropped one
 			// with another uid); a finished generation later than ours is
 			// still not trusted.

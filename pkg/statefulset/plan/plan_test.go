@@ -896,3 +896,91 @@ func TestAboveTemplateFailingResizeIsInMessage(t *testing.T) {
 		t.Errorf("message %q", msg)
 	}
 }
+
+// The desired templates (the webhook's annotation) are the sizes: the PVCs
+// are raised to them though the StatefulSet's own templates and generation
+// are unchanged, and the status records the desire it is for. A template
+// finished at this generation for no desire is not finished for the new
+// one until its replicas are (`wait` must not pass on the old status).
+func TestDesiredTemplatesAreTheSizes(t *testing.T) {
+	for _, policy := range policies {
+		t.Run(string(policy), func(t *testing.T) {
+			w := newWorld(2, policy, "data=1Gi", "logs=1Gi")
+			d := w.decide(t)
+			expectStatus(t, d, "data", 2, 0, 1)
+
+			w.setDesired("data", "2Gi")
+			d = w.decide(t)
+			want := []string{"data-web-0:1Gi->2Gi", "data-web-1:1Gi->2Gi"}
+			if policy == ordered {
+				want = want[:1]
+			}
+			expect(t, "patches", patches(d), want)
+			expectStatus(t, d, "data", 0, 0, 0)
+			expectStatus(t, d, "logs", 2, 0, 1) // unchanged template, its finished generation holds
+			if st := d.Status(); st.Desired != w.desired {
+				t.Fatalf("status desired %q, want %q", st.Desired, w.desired)
+			}
+			for i := int32(0); i < 2; i++ {
+				w.apply(d)
+				w.finishResize(PVCName("data", testSTS, i))
+				d = w.decide(t)
+			}
+			expect(t, "reasons", reasons(d, "data"), []string{ReasonResized, ReasonResized})
+			expectStatus(t, d, "data", 2, 0, 1)
+			if w.sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String() != "1Gi" {
+				t.Fatal("Decide changed the StatefulSet's templates")
+			}
+		})
+	}
+}
+
+// A replica created while a desire is recorded gets its PVC from the
+// StatefulSet's (smaller) template; it is raised like the others.
+func TestDesiredTemplatesRaiseNewReplicas(t *testing.T) {
+	w := newWorld(1, ordered, "data=1Gi")
+	w.decide(t)
+	w.setDesired("data", "2Gi")
+	d := w.decide(t)
+	w.apply(d)
+	w.finishResize("data-web-0")
+
+	w.sts.Spec.Replicas = ptr.To[int32](2)
+	w.sts.Generation++
+	w.sts.Status.ObservedGeneration = w.sts.Generation
+	w.addReplica(1) // PVC at the live template's 1Gi
+	d = w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-1:1Gi->2Gi"})
+	w.apply(d)
+	w.finishResize("data-web-1")
+	expectStatus(t, w.decide(t), "data", 2, 0, 2)
+}
+
+// Lowering an infeasible desire (the user lowers the manifest in Git)
+// recovers what this controller raised: the request goes down to the new
+// desire (KEP-1790, above the capacity), which then finishes. Removing the
+// desire altogether (the manifest back at the live size) cannot lower the
+// request to the capacity (the apiserver refuses it); the replica counts as
+// ready by its capacity, with the request left above reported.
+func TestLoweredDesireRecovers(t *testing.T) {
+	w := newWorld(1, ordered, "data=1Gi")
+	w.decide(t)
+	w.setDesired("data", "100Gi")
+	d := w.decide(t)
+	w.apply(d)
+	w.markInfeasible("data-web-0", corev1.PersistentVolumeClaimControllerResizeInfeasible, corev1.PersistentVolumeClaimControllerResizeError, "OutOfRange", "too big")
+	expectStatus(t, w.decide(t), "data", 0, 1, 0)
+
+	removed := &world{sts: w.sts.DeepCopy(), pods: w.pods, pvcs: w.pvcs, scs: w.scs}
+	d = removed.decide(t)
+	expect(t, "patches without the desire", patches(d), nil)
+	expect(t, "reasons without the desire", reasons(d, "data"), []string{ReasonShrinkBelowCapacity})
+	expectStatus(t, d, "data", 1, 0, 1)
+
+	w.setDesired("data", "2Gi")
+	d = w.decide(t)
+	expect(t, "patches", patches(d), []string{"data-web-0:100Gi->2Gi"})
+	w.apply(d)
+	w.finishResize("data-web-0")
+	expectStatus(t, w.decide(t), "data", 1, 0, 1)
+}

@@ -22,7 +22,12 @@ import (
 // controller (observedGeneration, revisions), the apiserver (applying our
 // patches) and the resizer (capacity and KEP-1790 state).
 type world struct {
-	sts  *appsv1.StatefulSet
+	sts *appsv1.StatefulSet
+	// templates and desired are the desired-templates input (the webhook's
+	// annotation applied by the controller); nil and "" when none.
+	templates []corev1.PersistentVolumeClaim
+	desired   string
+
 	pods map[string]*corev1.Pod
 	pvcs map[string]*corev1.PersistentVolumeClaim
 	scs  map[string]*storagev1.StorageClass
@@ -102,7 +107,7 @@ func (w *world) addReplica(ordinal int32) {
 }
 
 func (w *world) input() Input {
-	return Input{StatefulSet: w.sts, Pods: w.pods, PVCs: w.pvcs, StorageClasses: w.scs}
+	return Input{StatefulSet: w.sts, Templates: w.templates, Desired: w.desired, Pods: w.pods, PVCs: w.pvcs, StorageClasses: w.scs}
 }
 
 // decide runs Decide and, like the controller, stores the status annotation
@@ -164,6 +169,25 @@ func (w *world) setTemplate(name, size string) {
 	}
 	w.sts.Generation++
 	w.sts.Status.ObservedGeneration = w.sts.Generation
+}
+
+// setDesired is the webhook recording a size for a template in the
+// annotation (the controller hands the plan the templates with that size):
+// the StatefulSet's spec and generation do not change. An empty size removes
+// the desire.
+func (w *world) setDesired(name, size string) {
+	if size == "" {
+		w.templates, w.desired = nil, ""
+		return
+	}
+	w.templates = make([]corev1.PersistentVolumeClaim, len(w.sts.Spec.VolumeClaimTemplates))
+	for i := range w.sts.Spec.VolumeClaimTemplates {
+		w.sts.Spec.VolumeClaimTemplates[i].DeepCopyInto(&w.templates[i])
+		if w.templates[i].Name == name {
+			w.templates[i].Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(size)
+		}
+	}
+	w.desired = `[{"name":"` + name + `","storage":"` + size + `"}]`
 }
 
 // apply is the apiserver accepting our patches.

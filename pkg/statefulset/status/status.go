@@ -33,6 +33,15 @@ type VolumeClaimTemplates struct {
 	// generation check alone would take for this object's ("finished at
 	// generation 1") before any PVC was resized. The UID tells them apart.
 	UID types.UID `json:"uid,omitempty"`
+	// Desired is the value of the StatefulSet's desired-templates annotation
+	// (csi-resizer.io/desired-volume-claim-templates) the document was
+	// computed for; empty when there was none. The sizes it asks for are the
+	// ones counted as ready.
+	Desired string `json:"desiredVolumeClaimTemplates,omitempty"`
+	// Recreate says that statefulset-resizer will replace the StatefulSet by
+	// one with the desired templates once every replica is ready (its
+	// --recreate), so the resize is not finished before that.
+	Recreate bool `json:"recreate,omitempty"`
 	// Templates has one entry per spec.volumeClaimTemplates entry, in spec order.
 	Templates []Template `json:"templates"`
 }
@@ -115,7 +124,8 @@ func (s *VolumeClaimTemplates) Equal(other *VolumeClaimTemplates) bool {
 	if s == nil || other == nil {
 		return s == other
 	}
-	if s.ObservedGeneration != other.ObservedGeneration || s.UID != other.UID || len(s.Templates) != len(other.Templates) {
+	if s.ObservedGeneration != other.ObservedGeneration || s.UID != other.UID || s.Desired != other.Desired ||
+		s.Recreate != other.Recreate || len(s.Templates) != len(other.Templates) {
 		return false
 	}
 	for i := range s.Templates {

@@ -18,6 +18,8 @@ func TestRoundTrip(t *testing.T) {
 			{TemplateName: "vol1", ReadyReplicas: 1, FinishedReconciliationGeneration: 2},
 			{TemplateName: "vol2", ReadyReplicas: 3, FinishedReconciliationGeneration: 3},
 		}},
+		"for a desire, re-create to come": {ObservedGeneration: 2, UID: "u", Desired: `[{"name":"data","storage":"2Gi"}]`, Recreate: true,
+			Templates: []Template{{TemplateName: "data", ReadyReplicas: 3, FinishedReconciliationGeneration: 2}}},
 		"infeasible with message": {ObservedGeneration: 7, Templates: []Template{
 			{TemplateName: "data", ReadyReplicas: 2, InfeasibleReplicas: 1,
 				Message: `data-web-2: OutOfRange: requested "capacity" exceeds maximum`},
@@ -131,6 +133,12 @@ func TestEqualAndTemplate(t *testing.T) {
 	}
 	if c := (&VolumeClaimTemplates{ObservedGeneration: 1, UID: "x", Templates: a.Templates}); a.Equal(c) {
 		t.Error("documents of different objects compare equal")
+	}
+	if c := (&VolumeClaimTemplates{ObservedGeneration: 1, Desired: "[]", Templates: a.Templates}); a.Equal(c) {
+		t.Error("documents for different desires compare equal")
+	}
+	if c := (&VolumeClaimTemplates{ObservedGeneration: 1, Recreate: true, Templates: a.Templates}); a.Equal(c) {
+		t.Error("documents differing in recreate compare equal")
 	}
 	var none *VolumeClaimTemplates
 	if !none.Equal(nil) || none.Equal(a) || a.Equal(nil) {

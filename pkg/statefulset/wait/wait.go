@@ -19,6 +19,7 @@ import (
 	apiwait "k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
@@ -47,7 +48,11 @@ type Verdict struct {
 	Message string
 }
 
-// Evaluate judges one observation of a StatefulSet.
+// Evaluate judges one observation of a StatefulSet. Sizes recorded by the
+// webhook in the desired-templates annotation count: the status must have
+// been written for that annotation's value, and when the controller will
+// re-create the StatefulSet with them (status "recreate"), the wait lasts
+// until the re-created object (new uid, no annotation) is finished.
 func Evaluate(sts *appsv1.StatefulSet) Verdict {
 	progress := func(format string, args ...any) Verdict {
 		return Verdict{Message: fmt.Sprintf(format, args...)}
@@ -55,6 +60,12 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 	if len(sts.Spec.VolumeClaimTemplates) == 0 {
 		// Nothing to resize, whatever an annotation (perhaps copied from another object) says.
 		return Verdict{Done: true, Outcome: Finished, Message: "the StatefulSet has no volume claim templates"}
+	}
+	wanted, hasDesire := sts.Annotations[desired.Annotation]
+	if _, _, err := desired.FromStatefulSet(sts); err != nil {
+		// statefulset-resizer ignores it (and says so in an event): the
+		// sizes asked for are never reached without a user action.
+		return Verdict{Done: true, Outcome: Infeasible, Message: err.Error()}
 	}
 	st, err := status.FromStatefulSet(sts)
 	switch {
@@ -68,6 +79,10 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 		return progress("no %s annotation yet (is statefulset-resizer running?)", status.Annotation)
 	case st.ObservedGeneration != sts.Generation:
 		return progress("status is for generation %d, the StatefulSet is at generation %d", st.ObservedGeneration, sts.Generation)
+	case st.Desired != wanted:
+		// A webhook-applied size change touches only the annotation, not
+		// the generation: the document must be for the current desire.
+		return progress("status is for other desired sizes than the StatefulSet's %s annotation (statefulset-resizer has not seen the change yet)", desired.Annotation)
 	}
 
 	var infeasible, pending []string
@@ -94,6 +109,8 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 		return Verdict{Done: true, Outcome: Infeasible, Message: strings.Join(infeasible, "; ")}
 	case len(pending) > 0:
 		return progress("%s", strings.Join(pending, "; "))
+	case hasDesire && st.Recreate:
+		return progress("volumes resized to the desired sizes; waiting for statefulset-resizer to re-create the StatefulSet with the desired volume claim templates")
 	}
 	return Verdict{Done: true, Outcome: Finished,
 		Message: fmt.Sprintf("%d volume claim template(s) finished for generation %d", len(sts.Spec.VolumeClaimTemplates), sts.Generation)}

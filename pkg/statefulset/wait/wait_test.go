@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
@@ -67,6 +68,43 @@ func TestEvaluate(t *testing.T) {
 			"template logs: 1 infeasible replica(s): logs-web-0: cannot resize to 10Gi: OutOfRange: pool full"},
 	}
 	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v := Evaluate(tc.sts)
+			if v.Done != tc.done || v.Outcome != tc.outcome || !strings.Contains(v.Message, tc.message) {
+				t.Errorf("got %+v, want done=%v outcome=%d message containing %q", v, tc.done, tc.outcome, tc.message)
+			}
+		})
+	}
+	// The desired-templates annotation (the webhook's): a status is only
+	// for the desire it records; with a re-create coming, finished volumes
+	// are not the end; an annotation the controller cannot use is a verdict.
+	const want = `[{"name":"data","storage":"2Gi"}]`
+	withDesire := func(value string, st *status.VolumeClaimTemplates) *appsv1.StatefulSet {
+		s := sts(3, st, "data")
+		s.Annotations[desired.Annotation] = value
+		return s
+	}
+	for _, tc := range []struct {
+		name    string
+		sts     *appsv1.StatefulSet
+		done    bool
+		outcome Outcome
+		message string
+	}{
+		{"finished status of before the desire", withDesire(want, &status.VolumeClaimTemplates{ObservedGeneration: 3,
+			Templates: []status.Template{finished("data", 3)}}), false, Finished, "status is for other desired sizes"},
+		{"desire removed, status still for it", sts(3, &status.VolumeClaimTemplates{ObservedGeneration: 3, Desired: want,
+			Templates: []status.Template{finished("data", 3)}}, "data"), false, Finished, "status is for other desired sizes"},
+		{"desire finished, re-create to come", withDesire(want, &status.VolumeClaimTemplates{ObservedGeneration: 3, Desired: want, Recreate: true,
+			Templates: []status.Template{finished("data", 3)}}), false, Finished, "waiting for statefulset-resizer to re-create"},
+		{"desire finished, no re-create (--recreate=false)", withDesire(want, &status.VolumeClaimTemplates{ObservedGeneration: 3, Desired: want,
+			Templates: []status.Template{finished("data", 3)}}), true, Finished, "finished for generation 3"},
+		{"desire infeasible", withDesire(want, &status.VolumeClaimTemplates{ObservedGeneration: 3, Desired: want, Recreate: true,
+			Templates: []status.Template{{TemplateName: "data", InfeasibleReplicas: 1, Message: "data-web-0: OutOfRange: full"}}}),
+			true, Infeasible, "data-web-0: OutOfRange: full"},
+		{"unusable desire", withDesire(`{`, &status.VolumeClaimTemplates{ObservedGeneration: 3, Desired: `{`,
+			Templates: []status.Template{finished("data", 3)}}), true, Infeasible, desired.Annotation},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := Evaluate(tc.sts)
 			if v.Done != tc.done || v.Outcome != tc.outcome || !strings.Contains(v.Message, tc.message) {
@@ -205,5 +243,41 @@ func TestParseTarget(t *testing.T) {
 		if _, _, err := ParseTarget(bad); err == nil {
 			t.Errorf("ParseTarget(%q) succeeded", bad)
 		}
+	}
+}
+
+// A webhook-applied size change through the re-create: the old object with
+// the desire and a status from before it, then the same with the volumes
+// resized and a re-create to come, then no object (between the delete and the
+// create), then the new object (another uid, generation 1) carrying the old
+// document, then its own finished document. Only the last one ends the wait.
+func TestWaitThroughTheRecreate(t *testing.T) {
+	const want = `[{"name":"data","storage":"2Gi"}]`
+	old := func(st status.VolumeClaimTemplates) *appsv1.StatefulSet {
+		st.UID = "old"
+		s := sts(2, &st, "data")
+		s.UID = "old"
+		s.Annotations[desired.Annotation] = want
+		return s
+	}
+	finished := []status.Template{{TemplateName: "data", ReadyReplicas: 3, FinishedReconciliationGeneration: 2}}
+	before := old(status.VolumeClaimTemplates{ObservedGeneration: 2, Templates: finished})
+	resized := old(status.VolumeClaimTemplates{ObservedGeneration: 2, Desired: want, Recreate: true, Templates: finished})
+	copied := sts(1, nil, "data")
+	copied.UID = "new"
+	copied.Annotations = map[string]string{status.Annotation: resized.Annotations[status.Annotation]}
+	recreated := sts(1, &status.VolumeClaimTemplates{ObservedGeneration: 1, UID: "new",
+		Templates: []status.Template{{TemplateName: "data", ReadyReplicas: 3, FinishedReconciliationGeneration: 1}}}, "data")
+	recreated.UID = "new"
+
+	var progress []string
+	v := Wait(context.Background(), &scripted{answers: []func() (*appsv1.StatefulSet, error){
+		answer(before, nil), answer(resized, nil), answer(nil, apierrors.NewNotFound(gr, "web")), answer(copied, nil), answer(recreated, nil),
+	}}, "ns", "web", Options{Timeout: 20 * time.Second, Interval: time.Millisecond, Progress: func(m string) { progress = append(progress, m) }})
+	if v.Outcome != Finished || !strings.Contains(v.Message, "finished for generation 1") {
+		t.Fatalf("got %+v, want finished for the re-created object's generation 1", v)
+	}
+	if len(progress) != 4 {
+		t.Errorf("progress %q, want one message per state before the end (4)", progress)
 	}
 }

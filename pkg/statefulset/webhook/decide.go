@@ -4,7 +4,7 @@
 // apiserver, which forbids changing the templates, by putting the live
 // templates back into the request and recording the requested ones in the
 // annotation of package desired. The controller then grows the PVCs to the
-// recorded sizes. The rules are docs/design.md §3.8 rules 7-10.
+// recorded sizes. The rules are docs/design.md §3.9 rules 9-12.
 //
 // Decide is the pure decision over one admission request; Handler serves it as
 // AdmissionReview v1 over HTTPS and never denies a request (the webhook is
@@ -54,7 +54,7 @@ type Decision struct {
 	// Reason says why, for the log and the tests.
 	Reason string
 	// From and To are the live and the requested templates' sizes when Patch
-	// records a desire (rule 7), for the log.
+	// records a desire (rule 9), for the log.
 	From, To string
 }
 
@@ -68,8 +68,8 @@ type object struct {
 	} `json:"spec"`
 }
 
-// Decide applies docs/design.md §3.8 rules 7-10 to one admission request. It
-// never fails: whatever it cannot understand is left alone (rule 9), so the
+// Decide applies docs/design.md §3.9 rules 9-12 to one admission request. It
+// never fails: whatever it cannot understand is left alone (rule 11), so the
 // apiserver gives its usual answer.
 func Decide(r Request) Decision {
 	if r.Operation != "UPDATE" || r.Group != "apps" || r.Version != "v1" || r.Resource != "statefulsets" || r.SubResource != "" {
@@ -96,7 +96,7 @@ func Decide(r Request) Decision {
 	}
 }
 
-// recordDesire is rule 7: the live templates go back into the request and the
+// recordDesire is rule 9: the live templates go back into the request and the
 // request's sizes into the annotation.
 func recordDesire(old, req *object) Decision {
 	want, err := decodeTemplates(req.Spec.VolumeClaimTemplates)
@@ -118,7 +118,7 @@ func recordDesire(old, req *object) Decision {
 	return Decision{Patch: mustMarshal(ops), Reason: "templates differ only in size: live templates kept, desire recorded", From: liveValue, To: value}
 }
 
-// clearDesire is rule 8: with the templates as they are live, a desire is
+// clearDesire is rule 10: with the templates as they are live, a desire is
 // removed when the request re-states the templates, and kept otherwise.
 func clearDesire(old, req *object, fieldManager string) Decision {
 	oldValue, had := old.Metadata.Annotations[desired.Annotation]

@@ -36,8 +36,8 @@ func fuzzTemplate(name, size, class string, shape uint8) corev1.PersistentVolume
 
 // FuzzDecideInvariants checks, for any pair of StatefulSets: a patch always
 // applies; after it, the request's templates are the live ones and nothing but
-// the desire annotation differs from the request's object (rule 7) or the
-// annotation is removed and nothing else changes (rule 8); a rule 7 patch is
+// the desire annotation differs from the request's object (rule 9) or the
+// annotation is removed and nothing else changes (rule 10); a rule 9 patch is
 // made only when the templates differ in nothing but size and class, and its
 // annotation, applied to the live templates, gives the request's.
 func FuzzDecideInvariants(f *testing.F) {
@@ -117,7 +117,7 @@ func checkInvariants(t *testing.T, r Request, old, req *appsv1.StatefulSet, d De
 	}
 }
 
-// onlySizesDiffer is the rule 7 condition, checked on the API types: the
+// onlySizesDiffer is the rule 9 condition, checked on the API types: the
 // request's templates with the live sizes and classes are the live templates.
 func onlySizesDiffer(old, req *appsv1.StatefulSet) bool {
 	if len(old.Spec.VolumeClaimTemplates) != len(req.Spec.VolumeClaimTemplates) {

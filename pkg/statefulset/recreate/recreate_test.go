@@ -1,0 +1,264 @@
+package recreate
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
+)
+
+func sts(uid string, deleting bool) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: k8stypes.UID("uid-" + uid)}}
+	if deleting {
+		s.DeletionTimestamp = &metav1.Time{}
+		s.Finalizers = []string{metav1.FinalizerOrphanDependents}
+	}
+	return s
+}
+
+// Every combination of what a restart can find, and the step it must take.
+// "Never two objects": the old object is deleted only while the record holds
+// its replacement, and a new object (another uid) is never deleted. "Never
+// none": a record without a StatefulSet is always created.
+func TestNext(t *testing.T) {
+	rec := &Record{OldUID: "uid-old", OldResourceVersion: "7"}
+	cases := []struct {
+		name   string
+		sts    *appsv1.StatefulSet
+		record *Record
+		wanted bool
+		want   Step
+	}{
+		{"nothing exists", nil, nil, true, Nothing},
+		{"not wanted", sts("old", false), nil, false, Nothing},
+		{"wanted: store the record first", sts("old", false), nil, true, Store},
+		{"wanted but being deleted by someone", sts("old", true), nil, true, Nothing},
+		{"record, old object: killed before the delete", sts("old", false), rec, false, Delete},
+		{"record, old object, wanted or not", sts("old", false), rec, true, Delete},
+		{"record, old object terminating: the garbage collector orphans", sts("old", true), rec, false, WaitForDeletion},
+		{"record, no object: killed between delete and create", nil, rec, false, Create},
+		{"record, new object: killed before the record was deleted", sts("new", false), rec, false, Finish},
+		{"record, new object still wanting: finish first", sts("new", false), rec, true, Finish},
+		{"record, new object being deleted by someone: not ours to re-create", sts("new", true), rec, false, Finish},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Next(Input{StatefulSet: c.sts, Record: c.record, Wanted: c.wanted}); got != c.want {
+				t.Fatalf("Next = %s, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+func template(name, size string) corev1.PersistentVolumeClaim {
+	return corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}}}
+}
+
+func liveObject() *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: "web", UID: "uid-old", ResourceVersion: "42", Generation: 3,
+			CreationTimestamp: metav1.Now(), Labels: map[string]string{"app": "web"},
+			Annotations: map[string]string{
+				desired.Annotation: `[{"name":"data","storage":"2Gi"}]`,
+				status.Annotation:  `{"observedGeneration":3}`,
+				"kubectl.kubernetes.io/last-applied-configuration": "{}",
+			},
+			Finalizers: []string{"example.com/keep", metav1.FinalizerOrphanDependents},
+			ManagedFields: []metav1.ManagedFieldsEntry{
+				{Manager: "helm", Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1",
+					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:replicas":{},"f:volumeClaimTemplates":{}}}`)}},
+				{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1",
+					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:` + desired.Annotation + `":{}}}}`)}},
+				{Manager: "statefulset-resizer", Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1",
+					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:` + desired.Annotation + `":{},"f:` + status.Annotation + `":{}}}}`)}},
+			},
+		},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:             ptr.To[int32](3),
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{template("data", "1Gi")},
+		},
+		Status: appsv1.StatefulSetStatus{ObservedGeneration: 3, Replicas: 3},
+	}
+}
+
+// The record holds the object to create: the live one with the desired
+// templates, without the annotation, identity, status and deletion
+// finalizers, with managedFields kept minus the annotation; Parse gives back
+// what Build stored, and the old uid and resourceVersion for the delete's
+// preconditions.
+func TestBuildParse(t *testing.T) {
+	live := liveObject()
+	before := live.DeepCopy()
+	cm, err := Build(live, []corev1.PersistentVolumeClaim{template("data", "2Gi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !apiequality.Semantic.DeepEqual(live, before) {
+		t.Fatal("Build changed its input")
+	}
+	if cm.Name != "statefulset-resizer-recreate-web" || cm.Namespace != "ns" || cm.Labels[RecordLabel] != "true" || len(cm.OwnerReferences) != 0 {
+		t.Fatalf("record metadata %+v", cm.ObjectMeta)
+	}
+	if name, ok := StatefulSetName(cm); !ok || name != "web" {
+		t.Fatalf("StatefulSetName = %q, %v", name, ok)
+	}
+	cm.UID = "cm-uid"
+	rec, err := Parse(cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.OldUID != "uid-old" || rec.OldResourceVersion != "42" || rec.ConfigMapUID != "cm-uid" {
+		t.Fatalf("record %+v", rec)
+	}
+	obj := rec.Object
+	q := obj.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]
+	switch {
+	case q.String() != "2Gi":
+		t.Errorf("template %s, want 2Gi", &q)
+	case obj.UID != "" || obj.ResourceVersion != "" || obj.Generation != 0 || !obj.CreationTimestamp.IsZero():
+		t.Errorf("identity kept: %+v", obj.ObjectMeta)
+	case obj.Status.Replicas != 0 || obj.Status.ObservedGeneration != 0:
+		t.Errorf("status kept: %+v", obj.Status)
+	case obj.Annotations[desired.Annotation] != "":
+		t.Errorf("desired annotation kept")
+	case obj.Annotations[status.Annotation] == "" || obj.Annotations["kubectl.kubernetes.io/last-applied-configuration"] == "":
+		t.Errorf("other annotations lost: %v", obj.Annotations)
+	case len(obj.Finalizers) != 1 || obj.Finalizers[0] != "example.com/keep":
+		t.Errorf("finalizers %v, want only example.com/keep", obj.Finalizers)
+	case obj.Kind != "StatefulSet" || obj.APIVersion != "apps/v1":
+		t.Errorf("type %+v", obj.TypeMeta)
+	}
+	// managedFields: helm's untouched; the entry that owned only the
+	// annotation is gone; statefulset-resizer keeps the status annotation.
+	var managers []string
+	for _, e := range obj.ManagedFields {
+		managers = append(managers, e.Manager+"="+string(e.FieldsV1.Raw))
+	}
+	want := []string{
+		"helm=" + `{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:replicas":{},"f:volumeClaimTemplates":{}}}`,
+		"statefulset-resizer=" + `{"f:metadata":{"f:annotations":{".":{},"f:` + status.Annotation + `":{}}}}`,
+	}
+	if strings.Join(managers, "\n") != strings.Join(want, "\n") {
+		t.Errorf("managedFields\n%s\nwant\n%s", strings.Join(managers, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	good, err := Build(liveObject(), []corev1.PersistentVolumeClaim{template("data", "2Gi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := liveObject()
+	other.Name = "db"
+	otherData, _ := json.Marshal(other)
+	for name, mutate := range map[string]func(cm *corev1.ConfigMap){
+		"not a record name": func(cm *corev1.ConfigMap) { cm.Name = "web" },
+		"garbage":           func(cm *corev1.ConfigMap) { cm.Data["statefulset"] = "{" },
+		"another object":    func(cm *corev1.ConfigMap) { cm.Data["statefulset"] = string(otherData) },
+		"no old uid":        func(cm *corev1.ConfigMap) { delete(cm.Data, "uid") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			cm := good.DeepCopy()
+			mutate(cm)
+			if _, err := Parse(cm); err == nil || !strings.Contains(err.Error(), "record ConfigMap ns/"+cm.Name) {
+				t.Fatalf("Parse error %v, want one naming the ConfigMap", err)
+			}
+		})
+	}
+	long := liveObject()
+	long.Name = strings.Repeat("x", 240)
+	if _, err := Build(long, nil); err == nil || !strings.Contains(err.Error(), "not a valid ConfigMap name") {
+		t.Fatalf("Build of a too long name: %v", err)
+	}
+}
+
+func TestNeedsOwnershipRestore(t *testing.T) {
+	recorded := []metav1.ManagedFieldsEntry{{Manager: "helm"}}
+	ours := metav1.ManagedFieldsEntry{Manager: "statefulset-resizer"}
+	status := metav1.ManagedFieldsEntry{Manager: "kube-controller-manager", Subresource: "status"}
+	cases := []struct {
+		name     string
+		live     []metav1.ManagedFieldsEntry
+		recorded []metav1.ManagedFieldsEntry
+		want     bool
+	}{
+		{"just created by us", []metav1.ManagedFieldsEntry{ours}, recorded, true},
+		{"created, status written by the StatefulSet controller", []metav1.ManagedFieldsEntry{ours, status}, recorded, true},
+		{"restored already", []metav1.ManagedFieldsEntry{{Manager: "helm"}, ours}, recorded, false},
+		{"someone applied since", []metav1.ManagedFieldsEntry{ours, {Manager: "argocd"}}, recorded, false},
+		{"nothing recorded", []metav1.ManagedFieldsEntry{ours}, nil, false},
+	}
+	for _, c := range cases {
+		if got := NeedsOwnershipRestore(c.live, c.recorded, "statefulset-resizer"); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func decision(ready ...int32) *plan.Decision {
+	d := &plan.Decision{DesiredReplicas: 2}
+	for _, n := range ready {
+		td := plan.TemplateDecision{}
+		for i := int32(0); i < 2; i++ {
+			state := plan.Pending
+			if i < n {
+				state = plan.Ready
+			}
+			td.Replicas = append(td.Replicas, plan.ReplicaDecision{State: state})
+		}
+		d.Templates = append(d.Templates, td)
+	}
+	return d
+}
+
+func TestPendingAndWanted(t *testing.T) {
+	live := liveObject()
+	bigger := []corev1.PersistentVolumeClaim{template("data", "2Gi")}
+	same := []corev1.PersistentVolumeClaim{template("data", "1Gi")}
+	for _, c := range []struct {
+		name      string
+		enabled   bool
+		templates []corev1.PersistentVolumeClaim
+		want      bool
+	}{
+		{"desire bigger", true, bigger, true},
+		{"disabled", false, bigger, false},
+		{"no usable desire", true, nil, false},
+		{"desire equals the templates", true, same, false},
+	} {
+		if got := Pending(c.enabled, live, c.templates); got != c.want {
+			t.Errorf("Pending %s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	deferred := decision(2)
+	deferred.Deferred = plan.DeferredNotObserved
+	for _, c := range []struct {
+		name    string
+		pending bool
+		d       *plan.Decision
+		want    bool
+	}{
+		{"all ready", true, decision(2, 2), true},
+		{"one template not ready", true, decision(2, 1), false},
+		{"not pending", false, decision(2, 2), false},
+		{"deferred", true, deferred, false},
+	} {
+		if got := Wanted(c.pending, c.d); got != c.want {
+			t.Errorf("Wanted %s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
