@@ -245,22 +245,24 @@ func compareTemplates(old, req []json.RawMessage) (comparison, error) {
 }
 
 // compareTemplate compares one template: everything but the storage request
-// and the class name as generic JSON (so that a field this binary does not
-// know still counts), those two by value.
+// as generic JSON (so that a field this binary does not know still counts),
+// the storage request by value. A volumeAttributesClassName change is one of
+// the other differences: statefulset-resizer does not set the class of
+// existing PVCs, so recording it would re-create the StatefulSet with a class
+// its volumes do not have (docs/design.md §3.9 rule 9).
 func compareTemplate(oldRaw, reqRaw json.RawMessage) (comparison, error) {
-	oldRest, oldSize, oldClass, err := splitTemplate(oldRaw)
+	oldRest, oldSize, err := splitTemplate(oldRaw)
 	if err != nil {
 		return 0, err
 	}
-	reqRest, reqSize, reqClass, err := splitTemplate(reqRaw)
+	reqRest, reqSize, err := splitTemplate(reqRaw)
 	if err != nil {
 		return 0, err
 	}
 	if !reflect.DeepEqual(oldRest, reqRest) {
-		return 0, fmt.Errorf("differs in more than resources.requests.storage and volumeAttributesClassName")
+		return 0, fmt.Errorf("differs in more than resources.requests.storage")
 	}
-	sameSize := oldSize == nil && reqSize == nil || oldSize != nil && reqSize != nil && oldSize.Cmp(*reqSize) == 0
-	if sameSize && reflect.DeepEqual(oldClass, reqClass) {
+	if oldSize == nil && reqSize == nil || oldSize != nil && reqSize != nil && oldSize.Cmp(*reqSize) == 0 {
 		return equal, nil
 	}
 	if oldSize == nil || reqSize == nil {
@@ -270,31 +272,26 @@ func compareTemplate(oldRaw, reqRaw json.RawMessage) (comparison, error) {
 }
 
 // splitTemplate decodes a template as generic JSON and takes its storage
-// request and class name out of it.
-func splitTemplate(raw json.RawMessage) (rest map[string]any, size *resource.Quantity, class any, err error) {
+// request out of it.
+func splitTemplate(raw json.RawMessage) (rest map[string]any, size *resource.Quantity, err error) {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	if err := d.Decode(&rest); err != nil || rest == nil {
-		return nil, nil, nil, fmt.Errorf("not a JSON object: %v", err)
+		return nil, nil, fmt.Errorf("not a JSON object: %v", err)
 	}
 	spec, _ := rest["spec"].(map[string]any)
-	if spec == nil {
-		return rest, nil, nil, nil
-	}
-	class = spec["volumeAttributesClassName"]
-	delete(spec, "volumeAttributesClassName")
 	resources, _ := spec["resources"].(map[string]any)
 	requests, _ := resources["requests"].(map[string]any)
 	if s, ok := requests["storage"]; ok {
 		str, isString := s.(string)
 		q, perr := resource.ParseQuantity(str)
 		if !isString || perr != nil {
-			return nil, nil, nil, fmt.Errorf("storage request %v is not a quantity", s)
+			return nil, nil, fmt.Errorf("storage request %v is not a quantity", s)
 		}
 		size = &q
 		delete(requests, "storage")
 	}
-	return rest, size, class, nil
+	return rest, size, nil
 }
 
 // decodeTemplates decodes raw templates into the API type.
