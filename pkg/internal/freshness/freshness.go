@@ -6,8 +6,10 @@
 // something other than B, or than any other version one of this process's writes replaced, it
 // is behind: deciding on it would repeat the step the write recorded (a second driver call, a
 // second event). resourceVersions are opaque, so "behind" is known only for versions the
-// controller itself replaced; any other version means the cache has moved on, and the record is
-// dropped.
+// controller itself replaced. A replaced version never becomes current again, so the record of
+// it stays (the last maxReplaced per object, until Forget) even after a newer version was seen:
+// several controllers share one tracker, and one of them seeing a newer version says nothing of
+// what another one read a moment earlier.
 package freshness
 
 import (
@@ -106,20 +108,11 @@ func (t *Tracker) Wrote(key, basedOn, written string) {
 	t.replaced[key] = versions
 }
 
-// Behind reports whether cached is a version one of this process's writes replaced. A cache
-// that shows any other version has caught up, and the record is dropped.
+// Behind reports whether cached is a version one of this process's writes replaced.
 func (t *Tracker) Behind(key, cached string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	versions, ok := t.replaced[key]
-	if !ok {
-		return false
-	}
-	if cached != "" && slices.Contains(versions, cached) {
-		return true
-	}
-	delete(t.replaced, key)
-	return false
+	return cached != "" && slices.Contains(t.replaced[key], cached)
 }
 
 // Forget drops what is known of a deleted object.

@@ -25,9 +25,12 @@ func TestBehind(t *testing.T) {
 	if tr.Behind("ns/a", "3") {
 		t.Error("cache at the latest write is behind")
 	}
-	// The record is dropped once the cache has caught up: an old version is no longer known.
-	if tr.Behind("ns/a", "1") {
-		t.Error("the record survived a cache that caught up")
+	// A version a write replaced stays known after a newer one was seen: another controller
+	// sharing the tracker may have read it just before (found by the soak: the modification
+	// controller's sync on the echo dropped the record while the expansion controller was
+	// deciding on the version its own write had replaced, and it called the driver again).
+	if !tr.Behind("ns/a", "1") {
+		t.Error("a replaced version is no longer behind once a newer one was seen")
 	}
 }
 
