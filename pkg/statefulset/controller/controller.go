@@ -109,15 +109,7 @@ type Controller struct {
 // duration metric; the recorder receives the Warning events.
 func New(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory,
 	recorder record.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
-	if opts.Metrics == nil {
-		opts.Metrics = ssmetrics.New()
-	}
-	if opts.RetryBaseDelay <= 0 {
-		opts.RetryBaseDelay = 500 * time.Millisecond
-	}
-	if opts.RetryMaxDelay <= 0 {
-		opts.RetryMaxDelay = 5 * time.Minute
-	}
+	opts = opts.withDefaults()
 	c := &Controller{
 		client:   client,
 		factory:  factory,
@@ -171,6 +163,20 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 		c.synced = append(c.synced, handle.HasSynced)
 	}
 	return c, nil
+}
+
+// withDefaults fills the zero fields of o (see Options).
+func (o Options) withDefaults() Options {
+	if o.Metrics == nil {
+		o.Metrics = ssmetrics.New()
+	}
+	if o.RetryBaseDelay <= 0 {
+		o.RetryBaseDelay = 500 * time.Millisecond
+	}
+	if o.RetryMaxDelay <= 0 {
+		o.RetryMaxDelay = 5 * time.Minute
+	}
+	return o
 }
 
 func ptrTo[T any](v T) *T { return &v }

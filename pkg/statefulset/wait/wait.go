@@ -85,7 +85,22 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 		return progress("status is for other desired sizes than the StatefulSet's %s annotation (statefulset-resizer has not seen the change yet)", desired.Annotation)
 	}
 
-	var infeasible, pending []string
+	infeasible, pending := templateStates(sts, st)
+	switch {
+	case len(infeasible) > 0:
+		return Verdict{Done: true, Outcome: Infeasible, Message: strings.Join(infeasible, "; ")}
+	case len(pending) > 0:
+		return progress("%s", strings.Join(pending, "; "))
+	case hasDesire && st.Recreate:
+		return progress("volumes resized to the desired sizes; waiting for statefulset-resizer to re-create the StatefulSet with the desired volume claim templates")
+	}
+	return Verdict{Done: true, Outcome: Finished,
+		Message: fmt.Sprintf("%d volume claim template(s) finished for generation %d", len(sts.Spec.VolumeClaimTemplates), sts.Generation)}
+}
+
+// templateStates lists the templates that are infeasible and those still pending, per the
+// status st.
+func templateStates(sts *appsv1.StatefulSet, st *status.VolumeClaimTemplates) (infeasible, pending []string) {
 	for i := range sts.Spec.VolumeClaimTemplates {
 		name := sts.Spec.VolumeClaimTemplates[i].Name
 		ts := st.Template(name)
@@ -104,16 +119,7 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 			pending = append(pending, progress)
 		}
 	}
-	switch {
-	case len(infeasible) > 0:
-		return Verdict{Done: true, Outcome: Infeasible, Message: strings.Join(infeasible, "; ")}
-	case len(pending) > 0:
-		return progress("%s", strings.Join(pending, "; "))
-	case hasDesire && st.Recreate:
-		return progress("volumes resized to the desired sizes; waiting for statefulset-resizer to re-create the StatefulSet with the desired volume claim templates")
-	}
-	return Verdict{Done: true, Outcome: Finished,
-		Message: fmt.Sprintf("%d volume claim template(s) finished for generation %d", len(sts.Spec.VolumeClaimTemplates), sts.Generation)}
+	return infeasible, pending
 }
 
 func replicas(sts *appsv1.StatefulSet) int32 {
