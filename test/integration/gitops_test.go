@@ -1,0 +1,163 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
+	"github.com/csi-resizer/csi-resizer/test/framework"
+	"github.com/csi-resizer/csi-resizer/test/scenario"
+)
+
+// The GitOps path end to end (issue 18): the user changes a volumeClaimTemplates size in Git and
+// the pipeline applies it. One statefulset-resizer process serves the admission webhook
+// (registered by URL on 127.0.0.1, CA bundle injected by the process) and runs the controller,
+// with the shipped RBAC, on the environment of statefulset_test.go (kube-controller-manager,
+// csi-resizer, the mock driver). kubectl is the pipeline: the apply must succeed, the PVCs
+// grow, the StatefulSet is re-created, and the live object ends equal to the manifest, which
+// `kubectl diff` (what Argo CD and helm diff do) confirms.
+
+type gitopsEnv struct {
+	*stsEnv
+	webhook *webhookEnv
+}
+
+func startGitOpsEnv(t *testing.T) *gitopsEnv {
+	t.Helper()
+	s := startSTSEnv(t)
+	return &gitopsEnv{stsEnv: s, webhook: startWebhook(t, s.Env, s.ssrKubeconfig)}
+}
+
+// gitManifest is the StatefulSet a team keeps in Git: opted in by its label, at size.
+func (g *gitopsEnv) gitManifest(name string, replicas int32, policy appsv1.PodManagementPolicyType, size string) *appsv1.StatefulSet {
+	sts := g.NewStatefulSet(scenario.StatefulSetOptions{Name: name, Replicas: replicas, Policy: policy, Size: size})
+	sts.Labels = map[string]string{desired.OptInLabel: desired.OptInValue}
+	return sts
+}
+
+// apply runs `kubectl apply -f -` of the manifest of sts with the extra flags (e.g.
+// --server-side), which must succeed.
+func (g *gitopsEnv) apply(t *testing.T, sts *appsv1.StatefulSet, flags ...string) {
+	t.Helper()
+	args := append([]string{"apply", "-f", "-"}, flags...)
+	if out, err := g.Cluster.KubectlWithInput(t, manifest(t, sts), args...); err != nil {
+		t.Fatalf("kubectl %s of %s: %v\n%s", strings.Join(args, " "), sts.Name, err, out)
+	}
+}
+
+// equalsManifest checks that the live object is what Git says: `kubectl diff` of the manifest
+// (server-side for a server-side applied object, as the same field manager) finds nothing, and
+// the fields the manifest changes are as applied, with no desired annotation left.
+func (g *gitopsEnv) equalsManifest(t *testing.T, sts *appsv1.StatefulSet, flags ...string) {
+	t.Helper()
+	args := []string{"diff", "-f", "-"}
+	if len(flags) > 0 {
+		args = append(args, "--server-side", "--field-manager=kubectl")
+	}
+	if out, err := g.Cluster.KubectlWithInput(t, manifest(t, sts), args...); err != nil {
+		t.Errorf("kubectl %s of %s: the live object drifts from the manifest: %v\n%s", strings.Join(args, " "), sts.Name, err, out)
+	}
+	live, _ := g.StatefulSet(t, sts.Name)
+	want := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage]
+	got := live.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage]
+	if got.Cmp(want) != 0 || *live.Spec.Replicas != *sts.Spec.Replicas {
+		t.Errorf("%s: template %s, replicas %d; the manifest says %s, %d", sts.Name, &got, *live.Spec.Replicas, &want, *sts.Spec.Replicas)
+	}
+	for k, v := range sts.Labels {
+		if live.Labels[k] != v {
+			t.Errorf("%s: label %s=%q, the manifest says %q", sts.Name, k, live.Labels[k], v)
+		}
+	}
+	if v, ok := live.Annotations[desired.Annotation]; ok {
+		t.Errorf("%s: annotation %s=%s left on the live object", sts.Name, desired.Annotation, v)
+	}
+}
+
+// A 2-replica StatefulSet made by `kubectl apply`; the next apply raises the template to 2Gi,
+// scales to 3 and adds a label: it succeeds, `wait` (started right after) exits 0 for the
+// re-created object, every PVC (the new replica's too) is at 2Gi, the pods of the original
+// replicas are adopted, and the live object equals the manifest. A later apply of another
+// replica count works as usual (field ownership kept through the re-create; server-side
+// without --force-conflicts). Client-side and server-side apply, one StatefulSet each.
+func TestGitOpsApply(t *testing.T) {
+	g := startGitOpsEnv(t)
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{{"csa", nil}, {"ssa", []string{"--server-side"}}} {
+		t.Run(c.name, func(t *testing.T) {
+			sts := g.gitManifest(c.name, 2, appsv1.ParallelPodManagement, "1Gi")
+			g.createWithSpareBy(t, sts, 1, func() { g.apply(t, sts, c.flags...) })
+			old, _ := g.WaitTemplateStatus(t, c.name, stsTimeout, scenario.Finished)
+			before := g.pods(t, c.name, 2)
+
+			scenario.WithSize("2Gi")(sts)
+			sts.Spec.Replicas = ptr.To[int32](3)
+			sts.Labels["tier"] = "db"
+			g.apply(t, sts, c.flags...)
+			waiting := g.StartWait(t, g.ssrKubeconfig, c.name, "--timeout", stsTimeout.String())
+			g.RunPod(t, c.name, 2)
+			for i := 0; i < 3; i++ {
+				g.waitDone(t, scenario.ClaimName(c.name, i), "2Gi")
+			}
+			recreated := g.waitRecreated(t, c.name, old.UID, "2Gi")
+			if r := waiting.Result(t); r.Code != 0 || !strings.Contains(r.Stdout, "finished for generation 1") {
+				t.Fatalf("wait: %s; want exit 0, finished for generation 1 (the re-created object)", r)
+			}
+			g.checkAdopted(t, c.name, before, recreated.UID)
+			g.equalsManifest(t, sts, c.flags...)
+
+			sts.Spec.Replicas = ptr.To[int32](2)
+			g.apply(t, sts, c.flags...)
+			g.equalsManifest(t, sts, c.flags...)
+		})
+	}
+}
+
+// A size the driver refuses: the apply succeeds (the webhook records it), `wait` exits 1 with
+// the driver's message, and nothing is re-created. Lowering the size in Git to one the driver
+// gives recovers: the PVC goes down to it and grows, the StatefulSet is re-created, the pods
+// are adopted, `wait` exits 0 and the live object equals the manifest.
+func TestGitOpsInfeasible(t *testing.T) {
+	g := startGitOpsEnv(t)
+	sts := g.gitManifest("web", 1, appsv1.OrderedReadyPodManagement, "1Gi")
+	ids := g.createWithSpareBy(t, sts, 0, func() { g.apply(t, sts) })
+	old, _ := g.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	before := g.pods(t, "web", 1)
+	const driverMessage = "no such size in this pool"
+	claim := scenario.ClaimName("web", 0)
+	g.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: driverMessage,
+		VolumeID: ids[claim], MinRequiredBytes: 50 << 30}})
+
+	scenario.WithSize("100Gi")(sts)
+	g.apply(t, sts)
+	r := g.wait(t, "web")
+	if r.Code != 1 || !strings.Contains(r.Stderr, driverMessage) || !strings.Contains(r.Stderr, claim) {
+		t.Fatalf("wait: %s; want exit 1 naming %s and the driver's message", r, claim)
+	}
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		cur, _ := g.StatefulSet(t, "web")
+		_, annotated := cur.Annotations[desired.Annotation]
+		return cur.UID == old.UID && annotated && g.recordOf(t, "web") == nil,
+			fmt.Sprintf("uid %s (was %s), desired annotation %v, record %v: want no re-create", cur.UID, old.UID, annotated, g.recordOf(t, "web") != nil)
+	})
+
+	scenario.WithSize("2Gi")(sts)
+	g.apply(t, sts)
+	g.waitDone(t, claim, "2Gi")
+	recreated := g.waitRecreated(t, "web", old.UID, "2Gi")
+	if r := g.wait(t, "web"); r.Code != 0 {
+		t.Errorf("wait after the size was lowered in Git: %s; want exit 0", r)
+	}
+	g.checkAdopted(t, "web", before, recreated.UID)
+	g.equalsManifest(t, sts)
+}
