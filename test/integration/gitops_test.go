@@ -199,8 +199,9 @@ func gitOpsHelm(t *testing.T, root string) string {
 // Helm 3 as the pipeline: a chart with an opted-in StatefulSet whose size is a value.
 // `helm upgrade --set size=2Gi` succeeds, the PVCs grow, the StatefulSet is re-created with the
 // pods adopted and equals the chart's render; `helm upgrade` with the same values again
-// succeeds and changes nothing, and a later upgrade with another replica count succeeds (Helm's
-// three-way merge and field ownership survive the re-create).
+// succeeds and changes nothing, and a later upgrade with another replica count succeeds: Helm 3's
+// three-way merge patch works on the re-created object. (Helm 3 patches, it does not apply
+// server-side, so field ownership is not at stake here; TestGitOpsApply/ssa covers it.)
 func TestGitOpsHelmUpgrade(t *testing.T) {
 	root, err := framework.RepoRoot()
 	if err != nil {
