@@ -63,13 +63,22 @@ func (s *stsEnv) setDesire(t *testing.T, name, value string, spec map[string]any
 // more replicas, so that a scale-up later finds its PVs.
 func (s *stsEnv) createWithSpare(t *testing.T, sts *appsv1.StatefulSet, spare int32) map[string]string {
 	t.Helper()
+	return s.createWithSpareBy(t, sts, spare, func() {
+		if _, err := s.Client.AppsV1().StatefulSets(s.Namespace).Create(s.Ctx, sts, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create StatefulSet %s: %v", sts.Name, err)
+		}
+	})
+}
+
+// createWithSpareBy is createWithSpare with the StatefulSet created by create (e.g. kubectl
+// apply of a manifest).
+func (s *stsEnv) createWithSpareBy(t *testing.T, sts *appsv1.StatefulSet, spare int32, create func()) map[string]string {
+	t.Helper()
 	s.EnsureNode(t)
 	bigger := sts.DeepCopy()
 	bigger.Spec.Replicas = ptr.To(*sts.Spec.Replicas + spare)
 	ids := s.PrecreateVolumes(t, bigger)
-	if _, err := s.Client.AppsV1().StatefulSets(s.Namespace).Create(s.Ctx, sts, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create StatefulSet %s: %v", sts.Name, err)
-	}
+	create()
 	for i := 0; i < int(*sts.Spec.Replicas); i++ {
 		s.RunPod(t, sts.Name, i)
 		s.WaitClaim(t, scenario.ClaimName(sts.Name, i), time.Minute, func(pvc *v1.PersistentVolumeClaim) (bool, string) {

@@ -44,13 +44,7 @@ type webhookEnv struct {
 
 func TestWebhook(t *testing.T) {
 	e := scenario.Start(t, scenario.Options{NoResizer: true})
-	w := &webhookEnv{Env: e, dir: t.TempDir(), port: framework.FreePort(t)}
-	kubeconfig := scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
-	w.resizer = e.StartStatefulSetResizer(t, kubeconfig,
-		fmt.Sprintf("--webhook-port=%d", w.port), "--webhook-host=127.0.0.1",
-		"--webhook-namespace="+e.Namespace, "--webhook-certificate-check-interval=1s")
-	w.registerShippedConfiguration(t)
-	w.waitActive(t)
+	w := startWebhook(t, e, scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace))
 
 	t.Run("ClientSideApply", w.testClientSideApply)
 	t.Run("ServerSideApply", w.testServerSideApply)
@@ -62,6 +56,20 @@ func TestWebhook(t *testing.T) {
 	t.Run("NamespaceOptIn", w.testNamespaceOptIn)
 	t.Run("RestartKeepsCertificate", w.testRestartKeepsCertificate)
 	t.Run("WebhookDownUsualError", w.testWebhookDown) // last: stops statefulset-resizer
+}
+
+// startWebhook runs statefulset-resizer with kubeconfig, serving the webhook on 127.0.0.1 with
+// generated certificates (plus args), registers the shipped configuration by URL and waits
+// until the apiserver calls the webhook.
+func startWebhook(t *testing.T, e *scenario.Env, kubeconfig string, args ...string) *webhookEnv {
+	t.Helper()
+	w := &webhookEnv{Env: e, dir: t.TempDir(), port: framework.FreePort(t)}
+	w.resizer = e.StartStatefulSetResizer(t, kubeconfig, append([]string{
+		fmt.Sprintf("--webhook-port=%d", w.port), "--webhook-host=127.0.0.1",
+		"--webhook-namespace=" + e.Namespace, "--webhook-certificate-check-interval=1s"}, args...)...)
+	w.registerShippedConfiguration(t)
+	w.waitActive(t)
+	return w
 }
 
 // registerShippedConfiguration creates the MutatingWebhookConfiguration of
