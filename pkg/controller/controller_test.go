@@ -440,13 +440,7 @@ func TestNoCallWithoutTheLease(t *testing.T) {
 // the echo of the pre-call write puts back in the queue during the call) is not decided on again
 // before --retry-interval-start; a new version is.
 func TestUnrecordedAnswerWaitsBeforeCallingAgain(t *testing.T) {
-	pvc, pv := claim("data", "10Gi", "1Gi")
-	f := newFixture(t, Config{}, pvc, pv)
-	f.driver.answers = []answer{{err: grpcErr(codes.DeadlineExceeded, "slow")}}
-	failPatch(f, 2, errors.New("apiserver restarting"))
-	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
-		t.Fatal("sync succeeded though the answer could not be recorded")
-	}
+	f := unrecordedAnswer(t, grpcErr(codes.DeadlineExceeded, "slow"))
 	f.catchUp()
 	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || f.driver.count() != 1 {
 		t.Fatalf("the echo's sync: error %v, %d calls; want an error and no second call", err, f.driver.count())
@@ -467,16 +461,24 @@ func TestUnrecordedAnswerWaitsBeforeCallingAgain(t *testing.T) {
 	}
 }
 
-// TestUnrecordedAnswerNewSizeGoesAtOnce: the hold after an unrecorded answer is for the size
-// asked; a user's new size is decided on at once.
-func TestUnrecordedAnswerNewSizeGoesAtOnce(t *testing.T) {
+// unrecordedAnswer syncs PVC "data" (10Gi asked, 1Gi now) once: the driver answers callErr and
+// the write recording the answer fails, as in an apiserver restart.
+func unrecordedAnswer(t *testing.T, callErr error) *fixture {
+	t.Helper()
 	pvc, pv := claim("data", "10Gi", "1Gi")
 	f := newFixture(t, Config{}, pvc, pv)
-	f.driver.answers = []answer{{err: grpcErr(codes.DeadlineExceeded, "slow")}}
+	f.driver.answers = []answer{{err: callErr}}
 	failPatch(f, 2, errors.New("apiserver restarting"))
 	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
 		t.Fatal("sync succeeded though the answer could not be recorded")
 	}
+	return f
+}
+
+// TestUnrecordedAnswerNewSizeGoesAtOnce: the hold after an unrecorded answer is for the size
+// asked; a user's new size is decided on at once.
+func TestUnrecordedAnswerNewSizeGoesAtOnce(t *testing.T) {
+	f := unrecordedAnswer(t, grpcErr(codes.DeadlineExceeded, "slow"))
 	f.update("data", func(pvc *v1.PersistentVolumeClaim) {
 		pvc.ResourceVersion = "user-edit"
 		pvc.Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("12Gi")
@@ -491,13 +493,7 @@ func TestUnrecordedAnswerNewSizeGoesAtOnce(t *testing.T) {
 // is retried after --retry-interval-max, as a recorded one is, not after --retry-interval-start
 // (found by the soak: INVALID_ARGUMENT answers lost in apiserver restarts were retried after 1 s).
 func TestUnrecordedInfeasibleAnswerWaitsTheSlowRetry(t *testing.T) {
-	pvc, pv := claim("data", "10Gi", "1Gi")
-	f := newFixture(t, Config{}, pvc, pv)
-	f.driver.answers = []answer{{err: grpcErr(codes.InvalidArgument, "too big")}}
-	failPatch(f, 2, errors.New("apiserver restarting"))
-	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
-		t.Fatal("sync succeeded though the answer could not be recorded")
-	}
+	f := unrecordedAnswer(t, grpcErr(codes.InvalidArgument, "too big"))
 	f.catchUp()
 	f.clock.step(retryStart)
 	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil || f.driver.count() != 1 {
