@@ -7,6 +7,7 @@ package helm
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,6 +27,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/webhook"
 )
 
 const (
@@ -684,5 +687,41 @@ func TestChartRefusesBadValues(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--set %v: error %v, want one containing %q", c.set, err, c.want)
 		}
+	}
+}
+
+// The webhook's readiness probe is the kustomize component's (the same JSON patch value), and
+// there is none without the webhook: the probe is on the webhook's port.
+func TestChartWebhookReadinessProbe(t *testing.T) {
+	helmBinary(t) // skips, or fails under CI=true, without helm
+	file := filepath.Join(base, "webhook", "deployment-webhook-port.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []struct {
+		Op, Path string
+		Value    json.RawMessage
+	}
+	if err := yaml.Unmarshal(data, &ops); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	var want *corev1.Probe
+	for _, op := range ops {
+		if op.Op == "add" && op.Path == "/spec/template/spec/containers/0/readinessProbe" {
+			want = &corev1.Probe{}
+			if err := json.Unmarshal(op.Value, want); err != nil {
+				t.Fatalf("%s: readinessProbe: %v", file, err)
+			}
+		}
+	}
+	if want == nil || want.HTTPGet == nil || want.HTTPGet.Scheme != corev1.URISchemeHTTPS || want.HTTPGet.Path != webhook.ReadyPath {
+		t.Fatalf("%s: no HTTPS readinessProbe on %s: %+v", file, webhook.ReadyPath, want)
+	}
+	if got := deployment(t, render(t)).Spec.Template.Spec.Containers[0].ReadinessProbe; !reflect.DeepEqual(got, want) {
+		t.Errorf("chart readinessProbe %+v, the kustomize component has %+v", got, want)
+	}
+	if got := deployment(t, render(t, "webhook.enabled=false")).Spec.Template.Spec.Containers[0].ReadinessProbe; got != nil {
+		t.Errorf("webhook.enabled=false: readinessProbe %+v, want none (it probes the webhook's port)", got)
 	}
 }
