@@ -102,6 +102,31 @@ func hookChart(t *testing.T, root string) (string, *batchv1.Job) {
 	return chart, &decoded
 }
 
+// imageHasCommand checks what the test cannot run: that the Job's image is this project's
+// (csi-resizer, whatever the registry and tag) and that the Dockerfile puts a file at the path
+// of the Job's command, the path runPod maps to the locally built binary.
+func imageHasCommand(t *testing.T, root string, job *batchv1.Job) {
+	t.Helper()
+	containers := job.Spec.Template.Spec.Containers
+	if len(containers) != 1 || len(containers[0].Command) == 0 {
+		t.Fatalf("README.md's hook Job: want one container with a command, got %+v", containers)
+	}
+	image, command := containers[0].Image, containers[0].Command[0]
+	if name, _, _ := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":"); name != "csi-resizer" {
+		t.Errorf("README.md's hook Job runs image %q: want the csi-resizer image (make image), which has %s", image, command)
+	}
+	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(dockerfile), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "COPY" && f[len(f)-1] == command {
+			return
+		}
+	}
+	t.Errorf("README.md's hook Job runs %s, which the Dockerfile does not COPY into the image", command)
+}
+
 // helmRun is a helm command running in the background.
 type helmRun struct {
 	args []string
@@ -262,6 +287,7 @@ func TestGitOpsHelmHookJob(t *testing.T) {
 	}
 	helm := gitOpsHelm(t, root)
 	chart, job := hookChart(t, root)
+	imageHasCommand(t, root, job)
 	g := startGitOpsEnv(t)
 	home := t.TempDir()
 	// The Job's pods, by the label the Job controller puts on them.
