@@ -4,8 +4,9 @@
 // driver and csi-resizer, then a resize, an infeasible request and its recovery, a
 // VolumeAttributesClass change and a class the driver refuses rolled back, and a StatefulSet's
 // bigger volumeClaimTemplates size applied with kubectl through statefulset-resizer's webhook
-// (the README's GitOps steps), narrated on stdout. With DEMO_KEEP_RUNNING=1 it then keeps everything running until SIGINT or SIGTERM;
-// without it the test returns after the walkthrough, so it doubles as a smoke test:
+// (the README's GitOps steps), narrated on stdout. With DEMO_KEEP_RUNNING=1 it then keeps
+// everything running until SIGINT or SIGTERM; without it the test returns after the
+// walkthrough, so it doubles as a smoke test:
 //
 //	go test -tags integration -count=1 -v -run TestDemo ./test/demo/
 package demo
