@@ -117,7 +117,7 @@ soak: ## the soak: 2 leader-elected resizers, random driver faults, kills, freez
 soak-ci: ## the short fixed-seed soak CI runs (60 PVCs, 3 minutes of chaos, seed 1; about 4 minutes in all)
 	$(MAKE) soak SOAK_PVCS=60 SOAK_DURATION=3m SOAK_SEED=1 SOAK_REPORT=$(BIN)/soak-ci/soak-report.json
 
-demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery, a VolumeAttributesClass change and a refused one rolled back
+demo: ## newcomer's first command: local control plane + mock driver + csi-resizer, a resize, an infeasible request and its recovery, a VolumeAttributesClass change and a refused one rolled back, and the README's GitOps steps (statefulset-resizer webhook, kubectl apply of a bigger StatefulSet volume, wait)
 	bash hack/demo.sh
 
 bench: ## benchmarks on the real control plane, side by side with UPSTREAM_RESIZER when set (not part of CI pass/fail); writes a table and JSON

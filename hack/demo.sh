@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `make demo`: a local control plane (etcd + kube-apiserver on 127.0.0.1), the mock CSI
-# driver and csi-resizer, then a resize, an infeasible request and its recovery, a
-# VolumeAttributesClass change and a class the driver refuses rolled back, narrated.
+# `make demo`: a local control plane (etcd, kube-apiserver and kube-controller-manager on
+# 127.0.0.1), the mock CSI driver and csi-resizer, then a resize, an infeasible request and its
+# recovery, a VolumeAttributesClass change and a class the driver refuses rolled back, and the
+# README's GitOps steps (statefulset-resizer with its webhook; a StatefulSet manifest with a
+# bigger volumeClaimTemplates size applied with kubectl; `statefulset-resizer wait`), narrated.
 # The walkthrough is the Go test test/demo (TestDemo); this script checks the
 # prerequisites, builds what it needs and runs it.
 #

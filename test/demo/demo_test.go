@@ -2,9 +2,11 @@
 
 // Package demo is the walkthrough behind `make demo`: a local control plane, the mock CSI
 // driver and csi-resizer, then a resize, an infeasible request and its recovery, a
-// VolumeAttributesClass change and a class the driver refuses rolled back, narrated on
-// stdout. With DEMO_KEEP_RUNNING=1 it then keeps everything running until SIGINT or SIGTERM;
-// without it the test returns after the walkthrough, so it doubles as a smoke test:
+// VolumeAttributesClass change and a class the driver refuses rolled back, and a StatefulSet's
+// bigger volumeClaimTemplates size applied with kubectl through statefulset-resizer's webhook
+// (the README's GitOps steps), narrated on stdout. With DEMO_KEEP_RUNNING=1 it then keeps
+// everything running until SIGINT or SIGTERM; without it the test returns after the
+// walkthrough, so it doubles as a smoke test:
 //
 //	go test -tags integration -count=1 -v -run TestDemo ./test/demo/
 package demo
@@ -74,7 +76,8 @@ func TestDemo(t *testing.T) {
 				say("\nThe demo failed (details above). Every process it started is stopped, its temp dirs removed.")
 				return
 			}
-			say("Stopped etcd, kube-apiserver, the mock CSI driver and csi-resizer; removed their temp dirs.")
+			say("Stopped etcd, kube-apiserver, kube-controller-manager, the mock CSI driver, csi-resizer and")
+			say("statefulset-resizer; removed their temp dirs.")
 		})
 	}
 	// The demo is about the mock driver's fault injection: never pick up an e2e driver.
@@ -90,6 +93,7 @@ func TestDemo(t *testing.T) {
 	d.step3Recover()
 	d.step4Modify()
 	d.step5RefusedClass()
+	d.step6GitOps()
 	d.metrics()
 	if !keep {
 		say("\nDone (%s). Everything the demo started is being stopped; run `make demo` in a terminal to keep it running.", since(d.began))
@@ -121,6 +125,10 @@ type demo struct {
 	seenCalls       int
 	seenModifyCalls int
 	pvName          string
+	// Step 6: statefulset-resizer with its webhook, its binary, and the manifest file.
+	wh       *scenario.Webhook
+	ssr      string
+	manifest string
 }
 
 // start brings up the control plane, the mock driver (refusing sizes above driverLimit) and
@@ -130,13 +138,15 @@ func (d *demo) start() {
 	d.began = time.Now()
 	say("")
 	say("csi-resizer demo: volume expansion, an infeasible request and its recovery (KEP-1790),")
-	say("then a VolumeAttributesClass change and a refused one rolled back (KEP-3751)")
+	say("a VolumeAttributesClass change and a refused one rolled back (KEP-3751), then a")
+	say("StatefulSet's bigger volume applied with kubectl through statefulset-resizer (GitOps)")
 	say("%s", strings.Repeat("=", 86))
 	say("")
-	say("Starting etcd and kube-apiserver on 127.0.0.1, the mock CSI driver on a unix socket and")
-	say("csi-resizer (the binary from ./cmd/csi-resizer, with the RBAC of deploy/kubernetes/rbac)...")
+	say("Starting etcd, kube-apiserver and kube-controller-manager on 127.0.0.1, the mock CSI driver")
+	say("on a unix socket and csi-resizer (the binary from ./cmd/csi-resizer, with the RBAC of")
+	say("deploy/kubernetes/rbac)...")
 	limit := resource.MustParse(driverLimit)
-	d.e = scenario.Start(t, scenario.Options{Mock: framework.MockDriverOptions{ModifyVolume: true, Faults: []framework.Fault{{
+	d.e = scenario.Start(t, scenario.Options{Cluster: framework.ClusterOptions{ControllerManager: true}, Mock: framework.MockDriverOptions{ModifyVolume: true, Faults: []framework.Fault{{
 		Method:           "ControllerExpandVolume",
 		Code:             codes.OutOfRange,
 		Message:          driverMessage,
@@ -154,6 +164,7 @@ func (d *demo) start() {
 	say("Ready in %s.", since(d.began))
 	say("")
 	say("  kube-apiserver  %s (admin kubeconfig: %s)", e.Cluster.Host, e.Cluster.Kubeconfig)
+	say("  controllers     kube-controller-manager, pid %d (StatefulSet, PV binder, garbage collector...)", e.Cluster.ControllerManager.Pid())
 	say("  CSI driver      %s at %s, pid %d", e.Driver.Name, e.Driver.Endpoint, e.Driver.Process.Pid())
 	say("                  (fault injected: ControllerExpandVolume above %s fails with OUT_OF_RANGE,", driverLimit)
 	say("                  ControllerModifyVolume with the parameter %q fails with INVALID_ARGUMENT)", refusedParam)
@@ -280,7 +291,8 @@ func (d *demo) metrics() {
 	say("volume_recovery_total{state=\"success\"} counts step 3, controller_expand_errors_total the")
 	say("OUT_OF_RANGE of step 2 (class infeasible), state_transitions_total every state written;")
 	say("volume_modifications_total counts step 4 (success) and step 5 (infeasible, then cancelled),")
-	say("controller_modify_errors_total the INVALID_ARGUMENT of step 5.")
+	say("controller_modify_errors_total the INVALID_ARGUMENT of step 5; the expansions of step 6's")
+	say("PVCs are in the operation counts and durations.")
 	say("docs/metrics.md describes each metric and the alerts built on them.")
 }
 
@@ -302,9 +314,13 @@ func (d *demo) keepRunning() {
 	say("")
 	say("  (the driver refuses anything above %s; any other request above the PVC's capacity resizes;", driverLimit)
 	say("  it refuses class %s, any class without the parameter %q is applied)", classGold, refusedParam)
-	say("  logs:  csi-resizer     %s", e.Resizer.LogPath)
-	say("         mock driver     %s", e.Driver.Process.LogPath)
-	say("         kube-apiserver  %s", e.Cluster.APIServer.LogPath)
+	d.keepRunningGitOps()
+	say("")
+	say("  logs:  csi-resizer              %s", e.Resizer.LogPath)
+	say("         statefulset-resizer      %s", d.wh.Process.LogPath)
+	say("         mock driver              %s", e.Driver.Process.LogPath)
+	say("         kube-apiserver           %s", e.Cluster.APIServer.LogPath)
+	say("         kube-controller-manager  %s", e.Cluster.ControllerManager.LogPath)
 	say("")
 	say("Stop with Ctrl-C here (or `kill -INT %d` from another shell): that stops every process", os.Getpid())
 	say("and removes the temp dirs, kubeconfig included.")
@@ -314,6 +330,10 @@ func (d *demo) keepRunning() {
 		say("\nStopping...")
 	case <-e.Resizer.Done():
 		d.t.Errorf("csi-resizer exited unexpectedly; its log: %s\n%s", e.Resizer.LogPath, e.Resizer.LogTail(30))
+	case <-d.wh.Process.Done():
+		d.t.Errorf("statefulset-resizer exited unexpectedly; its log: %s\n%s", d.wh.Process.LogPath, d.wh.Process.LogTail(30))
+	case <-e.Cluster.ControllerManager.Done():
+		d.t.Errorf("kube-controller-manager exited unexpectedly\n%s", e.Cluster.ControllerManager.LogTail(30))
 	case <-e.Driver.Process.Done():
 		d.t.Errorf("the mock CSI driver exited unexpectedly\n%s", e.Driver.Process.LogTail(30))
 	case <-e.Cluster.APIServer.Done():
@@ -326,7 +346,7 @@ func (d *demo) keepRunning() {
 func (d *demo) header(n int, title string) {
 	say("")
 	say("")
-	head := fmt.Sprintf("Step %d of 5: %s ", n, title)
+	head := fmt.Sprintf("Step %d of 6: %s ", n, title)
 	say("%s%s", head, strings.Repeat("-", max(3, 86-len(head))))
 }
 

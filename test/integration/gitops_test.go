@@ -33,13 +33,13 @@ import (
 
 type gitopsEnv struct {
 	*stsEnv
-	webhook *webhookEnv
+	webhook *scenario.Webhook
 }
 
 func startGitOpsEnv(t *testing.T) *gitopsEnv {
 	t.Helper()
 	s := startSTSEnv(t)
-	return &gitopsEnv{stsEnv: s, webhook: startWebhook(t, s.Env, s.ssrKubeconfig)}
+	return &gitopsEnv{stsEnv: s, webhook: s.StartWebhook(t, s.ssrKubeconfig)}
 }
 
 // gitManifest is the StatefulSet a team keeps in Git: opted in by its label, at size.

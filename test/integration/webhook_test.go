@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -20,7 +18,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/webhook"
 	"github.com/csi-resizer/csi-resizer/test/framework"
 	"github.com/csi-resizer/csi-resizer/test/scenario"
 )
@@ -39,7 +36,6 @@ type webhookEnv struct {
 	*scenario.Env
 	dir     string
 	resizer *framework.Process
-	port    int
 }
 
 func TestWebhook(t *testing.T) {
@@ -58,75 +54,11 @@ func TestWebhook(t *testing.T) {
 	t.Run("WebhookDownUsualError", w.testWebhookDown) // last: stops statefulset-resizer
 }
 
-// startWebhook runs statefulset-resizer with kubeconfig, serving the webhook on 127.0.0.1 with
-// generated certificates (plus args), registers the shipped configuration by URL and waits
-// until the apiserver calls the webhook.
+// startWebhook runs statefulset-resizer with kubeconfig serving the webhook (plus args) and
+// the shipped configuration registered by URL, once the apiserver calls it (scenario.StartWebhook).
 func startWebhook(t *testing.T, e *scenario.Env, kubeconfig string, args ...string) *webhookEnv {
 	t.Helper()
-	w := &webhookEnv{Env: e, dir: t.TempDir(), port: framework.FreePort(t)}
-	w.resizer = e.StartStatefulSetResizer(t, kubeconfig, append([]string{
-		fmt.Sprintf("--webhook-port=%d", w.port), "--webhook-host=127.0.0.1",
-		"--webhook-namespace=" + e.Namespace, "--webhook-certificate-check-interval=1s"}, args...)...)
-	w.registerShippedConfiguration(t)
-	w.waitActive(t)
-	return w
-}
-
-// registerShippedConfiguration creates the MutatingWebhookConfiguration of
-// deploy/kubernetes/statefulset-resizer/webhook with its Service reference replaced by the URL
-// of the process, and waits for statefulset-resizer to inject the CA bundle into every webhook.
-func (w *webhookEnv) registerShippedConfiguration(t *testing.T) {
-	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "deploy", "kubernetes", "statefulset-resizer", "webhook", "mutatingwebhookconfiguration.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var config admissionregistrationv1.MutatingWebhookConfiguration
-	if err := yaml.UnmarshalStrict(data, &config); err != nil {
-		t.Fatal(err)
-	}
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", w.port, webhook.Path)
-	for i := range config.Webhooks {
-		if got := config.Webhooks[i].ClientConfig.Service; got == nil || got.Path == nil || *got.Path != webhook.Path {
-			t.Fatalf("shipped webhook %s does not call path %s: %+v", config.Webhooks[i].Name, webhook.Path, got)
-		}
-		config.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
-	}
-	if _, err := w.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(w.Ctx, &config, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	framework.Eventually(t, 60*time.Second, func() (bool, string) {
-		c, err := w.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(w.Ctx, config.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, wh := range c.Webhooks {
-			if len(wh.ClientConfig.CABundle) == 0 {
-				return false, "no caBundle injected into " + wh.Name
-			}
-		}
-		return true, ""
-	})
-}
-
-// waitActive waits until the apiserver calls the webhook: a size change of a probe StatefulSet
-// goes through (the apiserver picks up a new configuration within a few seconds).
-func (w *webhookEnv) waitActive(t *testing.T) {
-	t.Helper()
-	probe := w.manifest("probe", "1Gi", true)
-	w.kubectl(t, "apply", "-f", w.write(t, probe))
-	big := w.write(t, w.manifest("probe", "2Gi", true))
-	framework.Eventually(t, 60*time.Second, func() (bool, string) {
-		out, err := w.Cluster.Kubectl(t, "apply", "-f", big)
-		if err != nil {
-			return false, fmt.Sprintf("%v %s", err, out)
-		}
-		return true, ""
-	})
+	return &webhookEnv{Env: e, dir: t.TempDir(), resizer: e.StartWebhook(t, kubeconfig, args...).Process}
 }
 
 // manifest is a StatefulSet as a user keeps it in Git: one template "data" of size, opted in

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -615,4 +616,23 @@ func (e *Env) APIServerRequests(t testing.TB, labels ...string) float64 {
 		t.Fatalf("kube-apiserver /metrics: %v", err)
 	}
 	return MetricValue(string(body), "apiserver_request_total", labels...)
+}
+
+// WatchStatefulSet starts recording the versions of the StatefulSet name after resourceVersion
+// rv (its current one when rv is ""), across a re-create: a re-created object is a version
+// with another uid.
+func (e *Env) WatchStatefulSet(t testing.TB, name, rv string) *History[*appsv1.StatefulSet] {
+	t.Helper()
+	if rv == "" {
+		sts, _ := e.StatefulSet(t, name)
+		rv = sts.ResourceVersion
+	}
+	sets := e.Client.AppsV1().StatefulSets(e.Namespace)
+	describe := func(sts *appsv1.StatefulSet) string {
+		q := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage]
+		return fmt.Sprintf("StatefulSet %s: uid=%s template=%s annotations=%v", sts.Name, sts.UID, q.String(), sts.Annotations)
+	}
+	return watchHistory(t, e, rv, describe, func(rv string) (watch.Interface, error) {
+		return sets.Watch(e.Ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
+	})
 }
