@@ -45,7 +45,7 @@ func TestWebhook(t *testing.T) {
 	t.Run("ClientSideApply", w.testClientSideApply)
 	t.Run("ServerSideApply", w.testServerSideApply)
 	t.Run("Replace", w.testReplace)
-	t.Run("ClassChangeRefused", w.testClassChange)
+	t.Run("ClassChange", w.testClassChange)
 	t.Run("DryRunChangesNothing", w.testDryRun)
 	t.Run("OtherTemplateChangeRefused", w.testOtherChange)
 	t.Run("NotOptedInUntouched", w.testNotOptedIn)
@@ -194,22 +194,57 @@ func (w *webhookEnv) testReplace(t *testing.T) {
 	expect(t, w.get(t, w.Namespace, "replace"), "1Gi", desireJSON("4Gi"))
 }
 
-// A VolumeAttributesClass change (with or without a size change) is left to the apiserver, which
-// refuses it as usual: statefulset-resizer does not set the class of existing PVCs.
+// A VolumeAttributesClass change of a template to a named class (with or without a size
+// change) is taken like a size change: the live template keeps its class and the annotation
+// records the new one. A class removed is left to the apiserver, which refuses it as usual:
+// statefulset-resizer cannot take a class away from a volume. Reverting the class in Git to the
+// live one cancels the desire. No VolumeAttributesClass exists here: a template may name any.
 func (w *webhookEnv) testClassChange(t *testing.T) {
-	m := w.manifest("vac", "1Gi", true)
-	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, m))
-	before := w.get(t, w.Namespace, "vac")
-	m.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName = ptr.To("gold")
-	w.refused(t, "apply", "--server-side", "-f", w.write(t, m))
-	m = w.manifest("vac", "2Gi", true)
-	m.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName = ptr.To("gold")
-	w.refused(t, "apply", "--server-side", "-f", w.write(t, m))
-	after := w.get(t, w.Namespace, "vac")
-	expect(t, after, "1Gi", "")
-	if after.ResourceVersion != before.ResourceVersion {
-		t.Errorf("a refused update changed the object")
+	desire := func(size, class string) string {
+		return fmt.Sprintf(`[{"name":"%s","storage":"%s","volumeAttributesClassName":"%s"}]`, scenario.TemplateName, size, class)
 	}
+	withClass := func(name, size string, class *string) *appsv1.StatefulSet {
+		m := w.manifest(name, size, true)
+		m.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName = class
+		return m
+	}
+	liveClass := func(s *appsv1.StatefulSet, want *string) {
+		t.Helper()
+		if got := s.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName; !ptr.Equal(got, want) {
+			t.Errorf("%s: live template class %v, want %v (the apiserver must keep it)", s.Name, ptr.Deref(got, "<unset>"), ptr.Deref(want, "<unset>"))
+		}
+	}
+
+	// A class where the live template has none, by server-side apply.
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, w.manifest("vac", "1Gi", true)))
+	w.kubectl(t, "apply", "--server-side", "-f", w.write(t, withClass("vac", "1Gi", ptr.To("gold"))))
+	s := w.get(t, w.Namespace, "vac")
+	expect(t, s, "1Gi", desire("1Gi", "gold"))
+	liveClass(s, nil)
+
+	// Another class together with a bigger size, by client-side apply.
+	w.kubectl(t, "apply", "-f", w.write(t, withClass("vac-gold", "1Gi", ptr.To("gold"))))
+	w.kubectl(t, "apply", "-f", w.write(t, withClass("vac-gold", "2Gi", ptr.To("silver"))))
+	before := w.get(t, w.Namespace, "vac-gold")
+	expect(t, before, "1Gi", desire("2Gi", "silver"))
+	liveClass(before, ptr.To("gold"))
+
+	// The class removed, or emptied, with or without the size: the usual error, nothing changed.
+	w.refused(t, "apply", "-f", w.write(t, withClass("vac-gold", "2Gi", nil)))
+	w.refused(t, "apply", "-f", w.write(t, withClass("vac-gold", "1Gi", nil)))
+	w.refused(t, "apply", "--server-side", "--force-conflicts", "-f", w.write(t, withClass("vac-gold", "2Gi", ptr.To(""))))
+	after := w.get(t, w.Namespace, "vac-gold")
+	expect(t, after, "1Gi", desire("2Gi", "silver"))
+	liveClass(after, ptr.To("gold"))
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("resourceVersion %s -> %s: a refused update changed the object", before.ResourceVersion, after.ResourceVersion)
+	}
+
+	// Git reverted to the live class and size: the desire is cancelled.
+	w.kubectl(t, "apply", "-f", w.write(t, withClass("vac-gold", "1Gi", ptr.To("gold"))))
+	s = w.get(t, w.Namespace, "vac-gold")
+	expect(t, s, "1Gi", "")
+	liveClass(s, ptr.To("gold"))
 }
 
 func (w *webhookEnv) testDryRun(t *testing.T) {

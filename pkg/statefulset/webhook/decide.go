@@ -1,10 +1,11 @@
 // Package webhook is statefulset-resizer's mutating admission webhook: it lets an
-// update of a StatefulSet that changes only the storage requests (and
-// VolumeAttributesClass names) of its volumeClaimTemplates through the
-// apiserver, which forbids changing the templates, by putting the live
-// templates back into the request and recording the requested ones in the
-// annotation of package desired. The controller then grows the PVCs to the
-// recorded sizes. The rules are docs/design.md §3.9 rules 9-12.
+// update of a StatefulSet that changes only the storage requests and
+// VolumeAttributesClass names (to a named class, never to none) of its
+// volumeClaimTemplates through the apiserver, which forbids changing the
+// templates, by putting the live templates back into the request and recording
+// the requested ones in the annotation of package desired. The controller then
+// brings the PVCs to the recorded sizes and classes. The rules are
+// docs/design.md §3.9 rules 9-12.
 //
 // Decide is the pure decision over one admission request; Handler serves it as
 // AdmissionReview v1 over HTTPS and never denies a request (the webhook is
@@ -53,8 +54,8 @@ type Decision struct {
 	Patch []byte
 	// Reason says why, for the log and the tests.
 	Reason string
-	// From and To are the live and the requested templates' sizes when Patch
-	// records a desire (rule 9), for the log.
+	// From and To are the live and the requested templates' sizes and classes
+	// when Patch records a desire (rule 9), for the log.
 	From, To string
 }
 
@@ -88,8 +89,8 @@ func Decide(r Request) Decision {
 	cmp, err := compareTemplates(old.Spec.VolumeClaimTemplates, req.Spec.VolumeClaimTemplates)
 	switch {
 	case err != nil:
-		return Decision{Reason: "templates differ in more than size: " + err.Error()}
-	case cmp == sizesDiffer:
+		return Decision{Reason: "templates differ in more than size and class: " + err.Error()}
+	case cmp == sizeOrClassDiffer:
 		return recordDesire(&old, &req)
 	default:
 		return clearDesire(&old, &req, r.FieldManager)
@@ -97,7 +98,7 @@ func Decide(r Request) Decision {
 }
 
 // recordDesire is rule 9: the live templates go back into the request and the
-// request's sizes into the annotation.
+// request's sizes and classes into the annotation.
 func recordDesire(old, req *object) Decision {
 	want, err := decodeTemplates(req.Spec.VolumeClaimTemplates)
 	if err != nil {
@@ -115,7 +116,7 @@ func recordDesire(old, req *object) Decision {
 	liveValue := sizes(live)
 	ops := []patchOp{{Op: "replace", Path: "/spec/volumeClaimTemplates", Value: old.Spec.VolumeClaimTemplates}}
 	ops = append(ops, setAnnotation(req.Metadata.Annotations, value))
-	return Decision{Patch: mustMarshal(ops), Reason: "templates differ only in size: live templates kept, desire recorded", From: liveValue, To: value}
+	return Decision{Patch: mustMarshal(ops), Reason: "templates differ only in size and class: live templates kept, desire recorded", From: liveValue, To: value}
 }
 
 // clearDesire is rule 10: with the templates as they are live, a desire is
@@ -184,8 +185,8 @@ func setAnnotation(annotations map[string]string, value string) patchOp {
 	return patchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(desired.Annotation), Value: value}
 }
 
-// sizes is the desire annotation value of templates, or a description of why
-// it has none, for the log.
+// sizes is the desire annotation value of templates (sizes and classes), or a
+// description of why it has none, for the log.
 func sizes(templates []corev1.PersistentVolumeClaim) string {
 	ds, err := desired.FromTemplates(templates)
 	if err != nil {
@@ -221,12 +222,12 @@ type comparison int
 
 const (
 	equal comparison = iota
-	sizesDiffer
+	sizeOrClassDiffer
 )
 
 // compareTemplates compares two templates lists: equal, differing only in the
-// storage requests and class names (both lists with a storage request in every
-// template), or an error saying what else differs.
+// storage requests and class names (rule 9, see compareTemplate), or an error
+// saying what else differs.
 func compareTemplates(old, req []json.RawMessage) (comparison, error) {
 	if len(old) != len(req) {
 		return 0, fmt.Errorf("%d templates live, %d in the request", len(old), len(req))
@@ -237,61 +238,108 @@ func compareTemplates(old, req []json.RawMessage) (comparison, error) {
 		if err != nil {
 			return 0, fmt.Errorf("template %d: %w", i, err)
 		}
-		if c == sizesDiffer {
-			result = sizesDiffer
+		if c == sizeOrClassDiffer {
+			result = sizeOrClassDiffer
 		}
 	}
 	return result, nil
 }
 
 // compareTemplate compares one template: everything but the storage request
-// as generic JSON (so that a field this binary does not know still counts),
-// the storage request by value. A volumeAttributesClassName change is one of
-// the other differences: statefulset-resizer does not set the class of
-// existing PVCs, so recording it would re-create the StatefulSet with a class
-// its volumes do not have (docs/design.md §3.9 rule 9).
+// and the class name as generic JSON (so that a field this binary does not
+// know still counts), the storage request by value, the class name by
+// compareClass. A change of either needs a storage request in both templates:
+// the annotation always records a size.
 func compareTemplate(oldRaw, reqRaw json.RawMessage) (comparison, error) {
-	oldRest, oldSize, err := splitTemplate(oldRaw)
+	oldT, err := splitTemplate(oldRaw)
 	if err != nil {
 		return 0, err
 	}
-	reqRest, reqSize, err := splitTemplate(reqRaw)
+	reqT, err := splitTemplate(reqRaw)
 	if err != nil {
 		return 0, err
 	}
-	if !reflect.DeepEqual(oldRest, reqRest) {
-		return 0, fmt.Errorf("differs in more than resources.requests.storage")
+	if !reflect.DeepEqual(oldT.rest, reqT.rest) {
+		return 0, fmt.Errorf("differs in more than resources.requests.storage and volumeAttributesClassName")
 	}
-	if oldSize == nil && reqSize == nil || oldSize != nil && reqSize != nil && oldSize.Cmp(*reqSize) == 0 {
+	classChanged, err := compareClass(oldT.class, reqT.class)
+	if err != nil {
+		return 0, err
+	}
+	sizeChanged := !(oldT.size == nil && reqT.size == nil || oldT.size != nil && reqT.size != nil && oldT.size.Cmp(*reqT.size) == 0)
+	switch {
+	case !sizeChanged && !classChanged:
 		return equal, nil
-	}
-	if oldSize == nil || reqSize == nil {
+	case oldT.size == nil && reqT.size == nil:
+		return 0, fmt.Errorf("the class changes but the template has no storage request")
+	case oldT.size == nil || reqT.size == nil:
 		return 0, fmt.Errorf("a storage request is added or removed")
 	}
-	return sizesDiffer, nil
+	return sizeOrClassDiffer, nil
+}
+
+// compareClass reports whether the request changes the class name; a change
+// to no class (unset or "") is an error. statefulset-resizer can set a class
+// on a volume but not take one away: the PVC's class can be unset only while
+// the volume has not been modified to it yet, so a recorded removal would end
+// in a re-created StatefulSet whose templates say "no class" over volumes that
+// keep one (docs/design.md §3.9 rule 9).
+func compareClass(old, req *string) (bool, error) {
+	if old == nil && req == nil || old != nil && req != nil && *old == *req {
+		return false, nil
+	}
+	if req == nil || *req == "" {
+		return false, fmt.Errorf("volumeAttributesClassName %s -> %s: only a change to a named class is taken", className(old), className(req))
+	}
+	return true, nil
+}
+
+func className(c *string) string {
+	if c == nil {
+		return "unset"
+	}
+	return fmt.Sprintf("%q", *c)
+}
+
+// template is a template split by splitTemplate.
+type template struct {
+	rest  map[string]any     // everything but the two below, generic JSON
+	size  *resource.Quantity // spec.resources.requests.storage, nil when absent
+	class *string            // spec.volumeAttributesClassName, nil when absent or null
 }
 
 // splitTemplate decodes a template as generic JSON and takes its storage
-// request out of it.
-func splitTemplate(raw json.RawMessage) (rest map[string]any, size *resource.Quantity, err error) {
+// request and its class name out of it.
+func splitTemplate(raw json.RawMessage) (template, error) {
+	var t template
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
-	if err := d.Decode(&rest); err != nil || rest == nil {
-		return nil, nil, fmt.Errorf("not a JSON object: %v", err)
+	if err := d.Decode(&t.rest); err != nil || t.rest == nil {
+		return t, fmt.Errorf("not a JSON object: %v", err)
 	}
-	spec, _ := rest["spec"].(map[string]any)
+	spec, _ := t.rest["spec"].(map[string]any)
+	if c, ok := spec["volumeAttributesClassName"]; ok {
+		switch c := c.(type) {
+		case nil:
+		case string:
+			t.class = &c
+		default:
+			return t, fmt.Errorf("volumeAttributesClassName %v is not a string", c)
+		}
+		delete(spec, "volumeAttributesClassName")
+	}
 	resources, _ := spec["resources"].(map[string]any)
 	requests, _ := resources["requests"].(map[string]any)
 	if s, ok := requests["storage"]; ok {
 		str, isString := s.(string)
 		q, perr := resource.ParseQuantity(str)
 		if !isString || perr != nil {
-			return nil, nil, fmt.Errorf("storage request %v is not a quantity", s)
+			return t, fmt.Errorf("storage request %v is not a quantity", s)
 		}
-		size = &q
+		t.size = &q
 		delete(requests, "storage")
 	}
-	return rest, size, nil
+	return t, nil
 }
 
 // decodeTemplates decodes raw templates into the API type.

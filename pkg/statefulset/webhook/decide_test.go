@@ -26,6 +26,13 @@ func claim(name, size string) corev1.PersistentVolumeClaim {
 	}
 }
 
+// classed is claim with the VolumeAttributesClass class (nil when class is nil).
+func classed(name, size string, class *string) corev1.PersistentVolumeClaim {
+	c := claim(name, size)
+	c.Spec.VolumeAttributesClassName = class
+	return c
+}
+
 func sts(templates ...corev1.PersistentVolumeClaim) *appsv1.StatefulSet {
 	return &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Labels: map[string]string{desired.OptInLabel: desired.OptInValue}},
@@ -83,21 +90,31 @@ func owning(manager string, s *appsv1.StatefulSet) *appsv1.StatefulSet {
 	return s
 }
 
-const desire20 = `[{"name":"data","storage":"20Gi"}]`
+const (
+	desire20       = `[{"name":"data","storage":"20Gi"}]`
+	desireSilver   = `[{"name":"data","storage":"10Gi","volumeAttributesClassName":"silver"}]`
+	desireSilver20 = `[{"name":"data","storage":"20Gi","volumeAttributesClassName":"silver"}]`
+)
 
 func TestDecide(t *testing.T) {
-	gold := claim("data", "10Gi")
-	gold.Spec.VolumeAttributesClassName = ptr("gold")
+	gold, silver := classed("data", "10Gi", ptr("gold")), classed("data", "10Gi", ptr("silver"))
 	otherMode := claim("data", "20Gi")
 	otherMode.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
 	noSize := claim("data", "1Gi")
 	noSize.Spec.Resources.Requests = nil
+	noSizeGold := *noSize.DeepCopy()
+	noSizeGold.Spec.VolumeAttributesClassName = ptr("gold")
 	optedOut := sts(claim("data", "20Gi"))
 	optedOut.Labels[desired.OptInLabel] = "disabled"
 	replicas := sts(claim("data", "20Gi"))
 	replicas.Spec.Replicas = ptr32(3)
 	lastApplied10 := string(mustJSON(t, sts(claim("data", "10Gi"))))
 	lastApplied20 := string(mustJSON(t, sts(claim("data", "20Gi"))))
+	lastAppliedGold := string(mustJSON(t, sts(gold)))
+	lastAppliedSilver := string(mustJSON(t, sts(silver)))
+	labelled := sts(silver)
+	labelled.Labels["tier"] = "db"
+	lastAppliedSilverLabelled := string(mustJSON(t, labelled))
 	for _, tc := range []struct {
 		name     string
 		old, req *appsv1.StatefulSet
@@ -128,7 +145,36 @@ func TestDecide(t *testing.T) {
 		{name: "access mode change left to the apiserver",
 			old: sts(claim("data", "10Gi")), req: sts(otherMode), wantReason: "more than size"},
 		{name: "template added", old: sts(claim("data", "10Gi")), req: sts(claim("data", "20Gi"), claim("logs", "1Gi")), wantReason: "1 templates live, 2 in the request"},
-		{name: "class change left to the apiserver", old: sts(claim("data", "10Gi")), req: sts(gold), wantReason: "more than size"},
+		{name: "class change taken, live class kept",
+			old: sts(gold), req: sts(silver),
+			want: withAnnotations(sts(gold), desired.Annotation, desireSilver), wantReason: "differ only in size and class"},
+		{name: "class and size change taken together",
+			old: sts(gold), req: sts(classed("data", "20Gi", ptr("silver"))),
+			want: withAnnotations(sts(gold), desired.Annotation, desireSilver20)},
+		{name: "class set where the live template has none taken",
+			old: sts(claim("data", "10Gi")), req: sts(silver),
+			want: withAnnotations(sts(claim("data", "10Gi")), desired.Annotation, desireSilver)},
+		{name: "a class recorded for one of two templates",
+			old: sts(claim("data", "10Gi"), claim("logs", "1Gi")), req: sts(claim("data", "10Gi"), classed("logs", "2Gi", ptr("gold"))),
+			want: withAnnotations(sts(claim("data", "10Gi"), claim("logs", "1Gi")), desired.Annotation,
+				`[{"name":"data","storage":"10Gi"},{"name":"logs","storage":"2Gi","volumeAttributesClassName":"gold"}]`)},
+		{name: "an older class desire replaced by a size one, live class kept",
+			old:  withAnnotations(sts(gold), desired.Annotation, desireSilver),
+			req:  withAnnotations(sts(classed("data", "20Gi", ptr("gold"))), desired.Annotation, desireSilver),
+			want: withAnnotations(sts(gold), desired.Annotation, `[{"name":"data","storage":"20Gi","volumeAttributesClassName":"gold"}]`)},
+		{name: "class removed left to the apiserver", old: sts(gold), req: sts(claim("data", "10Gi")), wantReason: `volumeAttributesClassName "gold" -> unset`},
+		{name: "class removed with a size change left to the apiserver", old: sts(gold), req: sts(claim("data", "20Gi")), wantReason: `"gold" -> unset`},
+		{name: "class emptied left to the apiserver", old: sts(gold), req: sts(classed("data", "20Gi", ptr(""))), wantReason: `"gold" -> "": only a change to a named class`},
+		{name: "empty class where the live template has none left to the apiserver", old: sts(claim("data", "10Gi")), req: sts(classed("data", "10Gi", ptr(""))), wantReason: `unset -> ""`},
+		{name: "class change of a template without a storage request left to the apiserver",
+			old: sts(noSize), req: sts(noSizeGold), wantReason: "no storage request"},
+		{name: "access mode change with a class change left to the apiserver",
+			old: sts(gold), req: sts(func() corev1.PersistentVolumeClaim {
+				c := *silver.DeepCopy()
+				c.Spec.AccessModes = otherMode.Spec.AccessModes
+				return c
+			}()),
+			wantReason: "more than resources.requests.storage and volumeAttributesClassName"},
 		{name: "template renamed", old: sts(claim("data", "10Gi")), req: sts(claim("db", "20Gi")), wantReason: "more than size"},
 		{name: "templates reordered", old: sts(claim("a", "1Gi"), claim("b", "1Gi")), req: sts(claim("b", "1Gi"), claim("a", "2Gi")), wantReason: "more than size"},
 		{name: "storage request removed", old: sts(claim("data", "10Gi")), req: sts(noSize), wantReason: "more than size"},
@@ -156,6 +202,21 @@ func TestDecide(t *testing.T) {
 			manager:    "kubectl-client-side-apply",
 			want:       withAnnotations(sts(claim("data", "10Gi")), lastApplied, lastApplied10),
 			wantReason: "client-side apply"},
+		{name: "desire cleared by the owner of the templates re-stating the live class",
+			old:     owning("helm", withAnnotations(sts(gold), desired.Annotation, desireSilver)),
+			req:     owning("helm", withAnnotations(sts(gold), desired.Annotation, desireSilver)),
+			manager: "helm", want: owning("helm", sts(gold)), wantReason: "field manager helm"},
+		{name: "desire cleared by a client-side apply of the live class (Git reverted)",
+			old:        withAnnotations(sts(gold), desired.Annotation, desireSilver, lastApplied, lastAppliedSilver),
+			req:        withAnnotations(sts(gold), desired.Annotation, desireSilver, lastApplied, lastAppliedGold),
+			manager:    "kubectl-client-side-apply",
+			want:       withAnnotations(sts(gold), lastApplied, lastAppliedGold),
+			wantReason: "client-side apply"},
+		{name: "desire kept by a client-side apply whose manifest still names the new class",
+			old:        withAnnotations(sts(gold), desired.Annotation, desireSilver, lastApplied, lastAppliedSilver),
+			req:        withAnnotations(sts(gold), desired.Annotation, desireSilver, lastApplied, lastAppliedSilverLabelled),
+			manager:    "kubectl-client-side-apply",
+			wantReason: "desire kept"},
 		{name: "desire kept when the last applied configuration is only carried along",
 			old:        withAnnotations(sts(claim("data", "10Gi")), desired.Annotation, desire20, lastApplied, lastApplied10),
 			req:        withAnnotations(sts(claim("data", "10Gi")), desired.Annotation, desire20, lastApplied, lastApplied10),

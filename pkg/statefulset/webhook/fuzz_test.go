@@ -22,8 +22,8 @@ func fuzzTemplate(name, size, class string, shape uint8) corev1.PersistentVolume
 	} else if shape&1 != 0 {
 		c.Spec.Resources.Requests = nil
 	}
-	if class != "" {
-		c.Spec.VolumeAttributesClassName = &class
+	if class != "" || shape&8 != 0 {
+		c.Spec.VolumeAttributesClassName = &class // "" with shape bit 8: an empty class, not none
 	}
 	if shape&2 != 0 {
 		c.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
@@ -38,13 +38,17 @@ func fuzzTemplate(name, size, class string, shape uint8) corev1.PersistentVolume
 // applies; after it, the request's templates are the live ones and nothing but
 // the desire annotation differs from the request's object (rule 9) or the
 // annotation is removed and nothing else changes (rule 10); a rule 9 patch is
-// made only when the templates differ in nothing but size, and its
-// annotation, applied to the live templates, gives the request's.
+// made only when the templates differ in nothing but size and class, the
+// request's classes being non-empty where they differ, and its annotation,
+// applied to the live templates, gives the request's.
 func FuzzDecideInvariants(f *testing.F) {
 	f.Add("data", "10Gi", "", uint8(0), "data", "20Gi", "", uint8(0), "", "kubectl", true, false)
 	f.Add("data", "10Gi", "", uint8(0), "data", "10Gi", "gold", uint8(0), desire20, "kubectl", true, true)
 	f.Add("data", "10Gi", "", uint8(0), "data", "20Gi", "", uint8(2), "", "", false, false)
 	f.Add("data", "1Gi", "a", uint8(4), "logs", "1Gi", "a", uint8(4), "[", "helm", true, true)
+	f.Add("data", "10Gi", "gold", uint8(0), "data", "20Gi", "", uint8(8), "", "kubectl", false, false) // class emptied
+	f.Add("data", "10Gi", "gold", uint8(0), "data", "10Gi", "", uint8(0), "", "kubectl", false, true)  // class removed
+	f.Add("data", "10Gi", "", uint8(0), "data", "10Gi", "", uint8(8), "", "kubectl", false, false)     // unset -> ""
 	// Found by the fuzzer: a class name that is not UTF-8 (JSON replaces it).
 	f.Add("0", "0", "0", uint8(0x14), "0", "", "\xb0", uint8(0x04), "0", "0", true, true)
 	f.Fuzz(func(t *testing.T, oldName, oldSize, oldClass string, oldShape uint8, reqName, reqSize, reqClass string, reqShape uint8,
@@ -105,8 +109,8 @@ func checkInvariants(t *testing.T, r Request, old, req *appsv1.StatefulSet, d De
 	} else {
 		delete(value.Annotations, desired.Annotation)
 	}
-	if recorded && !onlySizesDiffer(old, req) {
-		t.Fatalf("a desire was recorded although the templates differ in more than size: %v vs %v", old.Spec.VolumeClaimTemplates, req.Spec.VolumeClaimTemplates)
+	if recorded && !onlySizesAndClassesDiffer(old, req) {
+		t.Fatalf("a desire was recorded although the templates differ in more than size and non-empty class: %v vs %v", old.Spec.VolumeClaimTemplates, req.Spec.VolumeClaimTemplates)
 	}
 	value.Spec.VolumeClaimTemplates = old.Spec.VolumeClaimTemplates
 	if meta, _ := got["metadata"].(map[string]any); len(annotationsOf(got)) == 0 {
@@ -117,9 +121,11 @@ func checkInvariants(t *testing.T, r Request, old, req *appsv1.StatefulSet, d De
 	}
 }
 
-// onlySizesDiffer is the rule 9 condition, checked on the API types: the
-// request's templates with the live sizes are the live templates.
-func onlySizesDiffer(old, req *appsv1.StatefulSet) bool {
+// onlySizesAndClassesDiffer is the rule 9 condition, checked on the API
+// types: the request's templates with the live sizes, and the live classes
+// where the request names a non-empty one, are the live templates (so a class
+// removed or emptied is a difference).
+func onlySizesAndClassesDiffer(old, req *appsv1.StatefulSet) bool {
 	if len(old.Spec.VolumeClaimTemplates) != len(req.Spec.VolumeClaimTemplates) {
 		return false
 	}
@@ -129,6 +135,9 @@ func onlySizesDiffer(old, req *appsv1.StatefulSet) bool {
 			return false
 		}
 		r.Spec.Resources.Requests[corev1.ResourceStorage] = o.Spec.Resources.Requests[corev1.ResourceStorage]
+		if c := r.Spec.VolumeAttributesClassName; c != nil && *c != "" {
+			r.Spec.VolumeAttributesClassName = o.Spec.VolumeAttributesClassName
+		}
 		if !apiequality.Semantic.DeepEqual(*r, o) {
 			return false
 		}
