@@ -221,8 +221,9 @@ func severity(s State) int {
 
 // combine makes the one decision of a replica from its size decision and
 // its class decision (nil when the class is left alone): Ready only when
-// both are, Failed when either is. The worse one gives the reason and
-// leads the message, the other's message follows when it says something
+// both are, Failed when either is. The worse one (of equal states, the one
+// with an event, else the size) gives the reason and leads the message,
+// the other's message follows when it says something
 // (not Ready, or a note with an event); its event is the worse one's, or
 // else the other's (one event per replica). Both patches go in one.
 func combine(size ReplicaDecision, class *ReplicaDecision) ReplicaDecision {
@@ -230,7 +231,7 @@ func combine(size ReplicaDecision, class *ReplicaDecision) ReplicaDecision {
 		return size
 	}
 	primary, other := size, *class
-	if severity(class.State) > severity(size.State) {
+	if sc, cc := severity(size.State), severity(class.State); cc > sc || (cc == sc && size.Event == nil && class.Event != nil) {
 		primary, other = *class, size
 	}
 	out := primary

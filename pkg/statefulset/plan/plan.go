@@ -161,6 +161,8 @@ type TemplateDecision struct {
 	Name string
 	// Size is the template's storage request; zero when it has none.
 	Size resource.Quantity
+	// Class is the template's VolumeAttributesClass; "" when it has none.
+	Class string
 	// Replicas has one entry per ordinal, in ordinal order.
 	Replicas []ReplicaDecision
 }
@@ -299,7 +301,7 @@ func Decide(in Input) *Decision {
 // decideTemplate evaluates the replicas of one volume claim template, in
 // ordinal order from start.
 func (d *Decision) decideTemplate(in Input, selector labels.Selector, tmpl *corev1.PersistentVolumeClaim, start int32) TemplateDecision {
-	td := TemplateDecision{Name: tmpl.Name}
+	td := TemplateDecision{Name: tmpl.Name, Class: templateClass(tmpl)}
 	if q, ok := tmpl.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 		td.Size = q.DeepCopy()
 	}
