@@ -39,8 +39,7 @@ func (c *Controller) applyPatches(ctx context.Context, sts *appsv1.StatefulSet, 
 		case err == nil:
 			c.fresh.Wrote(key, p.ResourceVersion, written)
 			c.metrics.PVCPatched(ssmetrics.PatchSuccess)
-			logger.Info("Patched PVC storage request", "pvc", klog.KRef(p.Namespace, p.Name),
-				"from", p.From.String(), "to", p.To.String(), "decrease", p.Decrease())
+			logger.Info("Patched PVC", "pvc", klog.KRef(p.Namespace, p.Name), "change", p.Describe(), "decrease", p.Decrease())
 		case apierrors.IsConflict(err):
 			// Changed since we looked (by a person, or the resizer): decide
 			// again from the new state. Not worth an event.
@@ -48,13 +47,13 @@ func (c *Controller) applyPatches(ctx context.Context, sts *appsv1.StatefulSet, 
 			return fmt.Errorf("patch PVC %s/%s: changed meanwhile, re-evaluating: %w", p.Namespace, p.Name, err)
 		case isPermanent(err):
 			c.metrics.PVCPatched(ssmetrics.PatchRejected)
-			logger.Info("PVC patch rejected", "pvc", klog.KRef(p.Namespace, p.Name), "to", p.To.String(), "err", err)
+			logger.Info("PVC patch rejected", "pvc", klog.KRef(p.Namespace, p.Name), "change", p.Describe(), "err", err)
 			d.RejectPatch(p.Name, err.Error())
 		default:
 			c.metrics.PVCPatched(ssmetrics.PatchError)
 			c.recorder.Eventf(sts, corev1.EventTypeWarning, plan.EventFailedToPatchPVC,
-				"PVC %s: patching the request to %s failed, will retry: %v", p.Name, &p.To, err)
-			return fmt.Errorf("patch PVC %s/%s to %s: %w", p.Namespace, p.Name, &p.To, err)
+				"PVC %s: patching %s failed, will retry: %v", p.Name, p.Describe(), err)
+			return fmt.Errorf("patch PVC %s/%s (%s): %w", p.Namespace, p.Name, p.Describe(), err)
 		}
 	}
 	return nil
@@ -66,20 +65,35 @@ func writeKey(kind, namespace, name string) string {
 	return kind + ":" + namespace + "/" + name
 }
 
-// pvcMergePatch is the body of a PVC patch: the request and our annotations,
-// with the observed resourceVersion as a precondition so that a PVC changed
-// since we looked (for example by a person) is re-evaluated, not overwritten.
+// pvcMergePatch is the body of a PVC patch: the request and/or the
+// VolumeAttributesClass (a JSON null unsets it) and our annotations (null
+// removes one), with the observed resourceVersion as a precondition so that
+// a PVC changed since we looked (for example by a person) is re-evaluated,
+// not overwritten. A field the patch does not change is not in the body.
 func pvcMergePatch(p *plan.PVCPatch) ([]byte, error) {
-	meta := map[string]any{"annotations": p.Annotations}
+	annotations := make(map[string]any, len(p.Annotations)+len(p.RemoveAnnotations))
+	for _, k := range p.RemoveAnnotations {
+		annotations[k] = nil
+	}
+	for k, v := range p.Annotations {
+		annotations[k] = v
+	}
+	meta := map[string]any{"annotations": annotations}
 	if p.ResourceVersion != "" {
 		meta["resourceVersion"] = p.ResourceVersion
 	}
-	return json.Marshal(map[string]any{
-		"metadata": meta,
-		"spec": map[string]any{"resources": map[string]any{"requests": map[string]string{
-			string(corev1.ResourceStorage): p.To.String(),
-		}}},
-	})
+	spec := map[string]any{}
+	if p.Resizes() {
+		spec["resources"] = map[string]any{"requests": map[string]string{string(corev1.ResourceStorage): p.To.String()}}
+	}
+	if p.Class != nil {
+		var class any // unset: null
+		if p.Class.To != "" {
+			class = p.Class.To
+		}
+		spec["volumeAttributesClassName"] = class
+	}
+	return json.Marshal(map[string]any{"metadata": meta, "spec": spec})
 }
 
 // patchPVC makes one PVC patch and returns the resourceVersion it wrote.

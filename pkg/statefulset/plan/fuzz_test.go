@@ -54,8 +54,15 @@ func randomWorld(b *byteSource) *world {
 	for i := range w.sts.Spec.VolumeClaimTemplates {
 		w.sts.Spec.VolumeClaimTemplates[i].Spec.Resources.Requests[corev1.ResourceStorage] = b.size()
 	}
+	for i := range w.sts.Spec.VolumeClaimTemplates {
+		w.sts.Spec.VolumeClaimTemplates[i].Spec.VolumeAttributesClassName = classPtr(b.className())
+	}
 	if b.flag() { // a desire recorded by the webhook, for some template
 		w.setDesired(w.sts.Spec.VolumeClaimTemplates[b.pick(len(w.sts.Spec.VolumeClaimTemplates))].Name, b.sizeString())
+		if b.flag() { // with a class
+			i := b.pick(len(w.templates))
+			w.templates[i].Spec.VolumeAttributesClassName = classPtr(b.className())
+		}
 	}
 	if b.flag() { // a previous status, finished for this generation, for some desire
 		prev := status.VolumeClaimTemplates{ObservedGeneration: w.sts.Generation, UID: w.sts.UID, Desired: []string{"", w.desired, "other"}[b.pick(3)]}
@@ -120,8 +127,45 @@ func randomWorld(b *byteSource) *world {
 		if b.pick(6) == 0 {
 			pvc.Spec.StorageClassName = ptr.To(fixedSC)
 		}
+		randomClass(b, pvc)
 	}
 	return w
+}
+
+var fuzzClasses = []string{"", "gold", "silver"}
+
+func (b *byteSource) className() string { return fuzzClasses[b.pick(len(fuzzClasses))] }
+
+// randomClass gives a PVC any VolumeAttributesClass state: spec, current
+// class, a modification in any status for any target, an error condition,
+// and our class annotations (ours and current, or changed since, or absent).
+func randomClass(b *byteSource, pvc *corev1.PersistentVolumeClaim) {
+	pvc.Spec.VolumeAttributesClassName = classPtr(b.className())
+	pvc.Status.CurrentVolumeAttributesClassName = classPtr(b.className())
+	statuses := []corev1.PersistentVolumeClaimModifyVolumeStatus{"", corev1.PersistentVolumeClaimModifyVolumePending,
+		corev1.PersistentVolumeClaimModifyVolumeInProgress, corev1.PersistentVolumeClaimModifyVolumeInfeasible}
+	if st := statuses[b.pick(len(statuses))]; st != "" {
+		pvc.Status.ModifyVolumeStatus = &corev1.ModifyVolumeStatus{Status: st, TargetVolumeAttributesClassName: b.className()}
+	}
+	if b.pick(3) == 0 {
+		pvc.Status.Conditions = append(pvc.Status.Conditions, corev1.PersistentVolumeClaimCondition{Type: corev1.PersistentVolumeClaimVolumeModifyVolumeError,
+			Status: corev1.ConditionTrue, Reason: []string{"InvalidArgument", "Internal", "Unavailable"}[b.pick(3)], Message: "m"})
+	}
+	switch b.pick(3) {
+	case 1: // we set the class it has
+		setAnnotation(pvc, AnnotationModifiedClass, pvcClass(pvc))
+		setAnnotation(pvc, AnnotationPreModifyClass, b.className())
+	case 2: // we set a class, someone changed it since
+		setAnnotation(pvc, AnnotationModifiedClass, b.className())
+		setAnnotation(pvc, AnnotationPreModifyClass, b.className())
+	}
+}
+
+func setAnnotation(pvc *corev1.PersistentVolumeClaim, key, value string) {
+	if pvc.Annotations == nil {
+		pvc.Annotations = map[string]string{}
+	}
+	pvc.Annotations[key] = value
 }
 
 // FuzzDecideInvariants checks the safety rules over arbitrary states:
@@ -143,7 +187,17 @@ func randomWorld(b *byteSource) *world {
 //     generation is kept from a previous status only if that was written for
 //     the same desire;
 //   - the status counts add up, and the message names at most
-//     maxMessageEntries replicas, then "and N more".
+//     maxMessageEntries replicas, then "and N more";
+//   - VolumeAttributesClass (docs/design.md §3.10): only bound PVCs of
+//     eligible replicas are patched; a class patch sets the template's
+//     class, never back over a class someone changed from ours, with the
+//     episode's annotations and without the size annotations when it does
+//     not resize; the only other class written is the rollback to the class
+//     from before, of a class we set, when the template names none, and
+//     never an unset the apiserver refuses (a class current); a replica is
+//     Ready only when the volume has the template's class (and is Ready
+//     when that and the size are done); a class verdict comes only from the
+//     resizer's report on the template's class.
 func FuzzDecideInvariants(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 3, 1, 4, 2, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
@@ -164,6 +218,17 @@ func FuzzDecideInvariants(f *testing.F) {
 			pvc := w.pvcs[p.Name]
 			request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 			capacity := pvc.Status.Capacity[corev1.ResourceStorage]
+			if !p.Resizes() && p.Class == nil {
+				t.Fatalf("patch of %s changes nothing: %+v", p.Name, p)
+			}
+			if !p.Resizes() {
+				for _, k := range []string{AnnotationPreResizeStorage, AnnotationResizedStorage} {
+					if _, ok := p.Annotations[k]; ok {
+						t.Fatalf("class-only patch of %s sets %s: %+v", p.Name, k, p)
+					}
+				}
+				continue
+			}
 			if p.From.Cmp(request) != 0 {
 				t.Fatalf("patch of %s from %s, but the request is %s", p.Name, &p.From, &request)
 			}
@@ -185,9 +250,13 @@ func FuzzDecideInvariants(f *testing.F) {
 						pod.Labels[appsv1.StatefulSetRevisionLabel] != testRevision {
 						t.Fatalf("patched %s for an ineligible pod %+v", rd.PVCName, pod)
 					}
-					if rd.Patch.To.Cmp(td.Size) != 0 {
+					if pvc := w.pvcs[rd.PVCName]; pvc == nil || pvc.Status.Phase != corev1.ClaimBound {
+						t.Fatalf("patched %s, which is not a bound PVC", rd.PVCName)
+					}
+					if rd.Patch.Resizes() && rd.Patch.To.Cmp(td.Size) != 0 {
 						t.Fatalf("patched %s to %s, template says %s", rd.PVCName, &rd.Patch.To, &td.Size)
 					}
+					checkClassPatch(t, w.pvcs[rd.PVCName], rd.Patch, td.Class)
 				}
 				// docs/design.md §3.5: readyReplicas counts replicas whose PVC
 				// capacity is at least the template size; a request left
@@ -198,9 +267,11 @@ func FuzzDecideInvariants(f *testing.F) {
 					if tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]; ok && rd.Reason == ReasonResizeInfeasible && tried.Cmp(request) != 0 {
 						t.Fatalf("%s infeasible on a verdict for %s, but the request is %s", rd.PVCName, &tried, &request)
 					}
+					checkClassVerdict(t, pvc, rd, td.Class)
 					if rd.Reason == ReasonResizeFailing {
-						if rd.State != Pending || rd.Patch != nil {
-							t.Fatalf("%s failing but %s with patch %v: a retried failure is pending", rd.PVCName, rd.State, rd.Patch)
+						// A class patch may go with it (docs/design.md §3.10), a size patch not.
+						if rd.State != Pending || (rd.Patch != nil && rd.Patch.Resizes()) {
+							t.Fatalf("%s failing but %s with patch %+v: a retried failure is pending, its request not patched", rd.PVCName, rd.State, rd.Patch)
 						}
 						if lastResizeError(pvc) == nil {
 							t.Fatalf("%s failing without an error condition: %+v", rd.PVCName, pvc.Status)
@@ -215,8 +286,11 @@ func FuzzDecideInvariants(f *testing.F) {
 					pod := w.pods[rd.PodName]
 					eligible := pod != nil && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil &&
 						pod.Labels[appsv1.StatefulSetRevisionLabel] == testRevision && pvc.Status.Phase == corev1.ClaimBound
-					if eligible && capacity.Cmp(td.Size) >= 0 && request.Cmp(td.Size) >= 0 && rd.State != Ready {
+					if eligible && capacity.Cmp(td.Size) >= 0 && request.Cmp(td.Size) >= 0 && classSettled(pvc, td.Class) && rd.State != Ready {
 						t.Fatalf("%s (request %s, capacity %s, template %s) is %s/%s, want Ready", rd.PVCName, &request, &capacity, &td.Size, rd.State, rd.Reason)
+					}
+					if rd.State == Ready && td.Class != "" && !classSettled(pvc, td.Class) {
+						t.Fatalf("%s Ready without the template's class %q: %+v", rd.PVCName, td.Class, pvc.Status)
 					}
 				}
 				if (rd.Event != nil && rd.Event.Reason == EventVolumeResizeFailing) != (rd.Reason == ReasonResizeFailing) {
@@ -240,6 +314,9 @@ func FuzzDecideInvariants(f *testing.F) {
 		for i, td := range d.Templates {
 			if want := templates[i].Spec.Resources.Requests[corev1.ResourceStorage]; td.Size.Cmp(want) != 0 {
 				t.Fatalf("template %s decided for %s, want %s (desired %q)", td.Name, &td.Size, &want, w.desired)
+			}
+			if want := templateClass(&templates[i]); td.Class != want {
+				t.Fatalf("template %s decided for class %q, want %q (desired %q)", td.Name, td.Class, want, w.desired)
 			}
 		}
 		st := d.Status()
@@ -269,8 +346,7 @@ func FuzzDecideInvariants(f *testing.F) {
 			// the template. Each entry starts with its PVC name and a colon.
 			entries, named := 0, 0
 			for _, rd := range d.Templates[i].Replicas {
-				if rd.State == Failed || rd.Reason == ReasonResizeFailing ||
-					rd.Reason == ReasonNotRaisedByController || rd.Reason == ReasonShrinkBelowCapacity {
+				if rd.State == Failed || failingReasons[rd.Reason] || noteReasons[rd.Reason] {
 					entries++
 				}
 				if strings.HasPrefix(ts.Message, rd.PVCName+": ") || strings.Contains(ts.Message, "; "+rd.PVCName+": ") {
@@ -285,4 +361,86 @@ func FuzzDecideInvariants(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkClassPatch: docs/design.md §3.10 rule 13 over arbitrary states. A
+// class patch starts from the PVC's class; it sets the template's class,
+// never over a class a person changed from the one we set, with the
+// episode's annotations; or, when the template names no class, it is the
+// rollback of the class we set to the one from before, which the apiserver
+// accepts (no class current, or a class to go back to), ending the episode.
+func checkClassPatch(t *testing.T, pvc *corev1.PersistentVolumeClaim, p *PVCPatch, want string) {
+	t.Helper()
+	if p.Class == nil {
+		return
+	}
+	have := pvcClass(pvc)
+	written, ours := pvc.Annotations[AnnotationModifiedClass]
+	if p.Class.From != have {
+		t.Fatalf("class patch of %s from %q, but the PVC's class is %q", pvc.Name, p.Class.From, have)
+	}
+	if want != "" {
+		if p.Class.To != want || have == want {
+			t.Fatalf("class patch of %s %q->%q, template says %q", pvc.Name, have, p.Class.To, want)
+		}
+		if ours && written == want {
+			t.Fatalf("class patch of %s sets %q back over someone's %q", pvc.Name, want, have)
+		}
+		pre := have
+		if ours && written == have {
+			pre = pvc.Annotations[AnnotationPreModifyClass]
+		}
+		if p.Annotations[AnnotationModifiedClass] != want || p.Annotations[AnnotationPreModifyClass] != pre {
+			t.Fatalf("class patch of %s (annotations %v) has annotations %v, want written %q, pre %q", pvc.Name, pvc.Annotations, p.Annotations, want, pre)
+		}
+		return
+	}
+	pre := pvc.Annotations[AnnotationPreModifyClass]
+	switch {
+	case !ours || written != have || have == "":
+		t.Fatalf("class of %s (%q, annotations %v) rolled back, but it is not the class we set", pvc.Name, have, pvc.Annotations)
+	case p.Class.To != pre:
+		t.Fatalf("class of %s rolled back to %q, not to the class from before %q", pvc.Name, p.Class.To, pre)
+	case pre == "" && pvc.Status.CurrentVolumeAttributesClassName != nil:
+		t.Fatalf("class of %s unset while a class is current: the apiserver refuses it", pvc.Name)
+	case len(p.RemoveAnnotations) != 2:
+		t.Fatalf("rollback of %s leaves the episode's annotations: %+v", pvc.Name, p)
+	}
+}
+
+// classSettled reports whether nothing is left to do about the class of
+// pvc for a template asking for class want: the volume has it, or the
+// template asks for none and there is no rollback to make.
+func classSettled(pvc *corev1.PersistentVolumeClaim, want string) bool {
+	if want == "" {
+		return !rollbackWanted(pvc) || (pvc.Annotations[AnnotationPreModifyClass] == "" && pvc.Status.CurrentVolumeAttributesClassName != nil)
+	}
+	current := pvc.Status.CurrentVolumeAttributesClassName
+	return pvcClass(pvc) == want && current != nil && *current == want && pvc.Status.ModifyVolumeStatus == nil
+}
+
+// checkClassVerdict: a class verdict (infeasible, failing, class missing)
+// is only taken from the resizer's report about the template's class, on a
+// PVC that asks for it; an infeasible one is Failed, the others Pending.
+func checkClassVerdict(t *testing.T, pvc *corev1.PersistentVolumeClaim, rd ReplicaDecision, want string) {
+	t.Helper()
+	var wantStatus corev1.PersistentVolumeClaimModifyVolumeStatus
+	wantState := Pending
+	switch rd.Reason {
+	case ReasonModifyInfeasible:
+		wantStatus, wantState = corev1.PersistentVolumeClaimModifyVolumeInfeasible, Failed
+	case ReasonModifyPending:
+		wantStatus = corev1.PersistentVolumeClaimModifyVolumePending
+	case ReasonModifyFailing:
+		wantStatus = corev1.PersistentVolumeClaimModifyVolumeInProgress
+		if condition(pvc, corev1.PersistentVolumeClaimVolumeModifyVolumeError) == nil {
+			t.Fatalf("%s failing without a ModifyVolumeError condition", pvc.Name)
+		}
+	default:
+		return
+	}
+	ms := pvc.Status.ModifyVolumeStatus
+	if want == "" || pvcClass(pvc) != want || ms == nil || ms.TargetVolumeAttributesClassName != want || ms.Status != wantStatus || rd.State != wantState {
+		t.Fatalf("%s is %s/%s for template class %q, but the PVC asks for %q and reports %+v", pvc.Name, rd.State, rd.Reason, want, pvcClass(pvc), ms)
+	}
 }

@@ -1,7 +1,8 @@
 // Package plan is the deciding half of statefulset-resizer: a pure function
 // from the observed StatefulSet, Pods, PVCs and StorageClasses to what should
-// happen (which PVC requests to patch, up or down, where an OrderedReady
-// StatefulSet stops, what to report) and to the feedback status.
+// happen (which PVC requests and VolumeAttributesClasses to patch, up or
+// down, where an OrderedReady StatefulSet stops, what to report) and to the
+// feedback status.
 //
 // Nothing here talks to the API or keeps memory between calls, so a restarted
 // controller decides exactly as the one before it, and every rule can be
@@ -62,12 +63,13 @@ const (
 type State string
 
 const (
-	// Ready: the PVC's capacity reached the template size.
+	// Ready: the PVC's capacity reached the template size, and its volume
+	// has the template's VolumeAttributesClass (when it names one).
 	Ready State = "Ready"
 	// Pending: progressing, or waiting for something that resolves without
 	// a user (pod start, rollout, the resizer, the previous replica).
 	Pending State = "Pending"
-	// Failed: cannot reach the template size without a user action.
+	// Failed: cannot reach the template size or class without a user action.
 	Failed State = "Failed"
 )
 
@@ -116,9 +118,9 @@ const maxMessageEntries = 3
 type Input struct {
 	StatefulSet *appsv1.StatefulSet
 	// Templates are the volume claim templates to reconcile the PVCs with:
-	// the StatefulSet's own, with the sizes of its desired-templates
-	// annotation when that is valid (package desired). Nil means the
-	// StatefulSet's own templates.
+	// the StatefulSet's own, with the sizes and classes of its
+	// desired-templates annotation when that is valid (package desired). Nil
+	// means the StatefulSet's own templates.
 	Templates []corev1.PersistentVolumeClaim
 	// Desired is the value of the desired-templates annotation as seen
 	// ("" when there is none; recorded even when it is invalid and the
@@ -159,6 +161,8 @@ type TemplateDecision struct {
 	Name string
 	// Size is the template's storage request; zero when it has none.
 	Size resource.Quantity
+	// Class is the template's VolumeAttributesClass; "" when it has none.
+	Class string
 	// Replicas has one entry per ordinal, in ordinal order.
 	Replicas []ReplicaDecision
 }
@@ -191,8 +195,9 @@ type Event struct {
 	Key string
 }
 
-// PVCPatch is a change of a PVC's storage request plus the bookkeeping
-// annotations, made in one merge patch.
+// PVCPatch is a change of a PVC's storage request, of its
+// VolumeAttributesClass, or of both, plus the bookkeeping annotations, made
+// in one merge patch.
 type PVCPatch struct {
 	Namespace string
 	Name      string
@@ -200,13 +205,46 @@ type PVCPatch struct {
 	// as a precondition so that a PVC changed in the meantime (for example by
 	// a person) is re-evaluated instead of overwritten.
 	ResourceVersion string
-	From            resource.Quantity
-	To              resource.Quantity
-	Annotations     map[string]string
+	// From and To are the storage request before and after; To is zero when
+	// the patch does not change the request (Resizes).
+	From resource.Quantity
+	To   resource.Quantity
+	// Class, when not nil, changes spec.volumeAttributesClassName.
+	Class *ClassChange
+	// Annotations are set; RemoveAnnotations are removed (a class rollback
+	// ends the episode its annotations recorded).
+	Annotations       map[string]string
+	RemoveAnnotations []string
 }
 
+// ClassChange is a change of a PVC's spec.volumeAttributesClassName; ""
+// stands for unset.
+type ClassChange struct {
+	From, To string
+}
+
+// Resizes reports whether the patch changes the storage request.
+func (p *PVCPatch) Resizes() bool { return !p.To.IsZero() }
+
 // Decrease reports whether the patch lowers the request (KEP-1790 recovery).
-func (p *PVCPatch) Decrease() bool { return p.To.Cmp(p.From) < 0 }
+func (p *PVCPatch) Decrease() bool { return p.Resizes() && p.To.Cmp(p.From) < 0 }
+
+// Describe says what the patch changes, for logs and messages: "the request
+// to 2Gi", "the VolumeAttributesClass to \"gold\"", or both.
+func (p *PVCPatch) Describe() string {
+	var parts []string
+	if p.Resizes() {
+		parts = append(parts, "the request to "+p.To.String())
+	}
+	if p.Class != nil {
+		if p.Class.To == "" {
+			parts = append(parts, fmt.Sprintf("the VolumeAttributesClass from %q back to unset", p.Class.From))
+		} else {
+			parts = append(parts, fmt.Sprintf("the VolumeAttributesClass to %q", p.Class.To))
+		}
+	}
+	return strings.Join(parts, " and ")
+}
 
 // Decide evaluates every replica of every volume claim template of
 // in.StatefulSet. It never mutates its input.
@@ -263,7 +301,7 @@ func Decide(in Input) *Decision {
 // decideTemplate evaluates the replicas of one volume claim template, in
 // ordinal order from start.
 func (d *Decision) decideTemplate(in Input, selector labels.Selector, tmpl *corev1.PersistentVolumeClaim, start int32) TemplateDecision {
-	td := TemplateDecision{Name: tmpl.Name}
+	td := TemplateDecision{Name: tmpl.Name, Class: templateClass(tmpl)}
 	if q, ok := tmpl.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 		td.Size = q.DeepCopy()
 	}
@@ -271,10 +309,15 @@ func (d *Decision) decideTemplate(in Input, selector labels.Selector, tmpl *core
 	// StatefulSet that is not Ready; later replicas are not touched.
 	blocked := false
 	for ordinal := start; ordinal < start+d.DesiredReplicas; ordinal++ {
-		rd := decideReplica(in, selector, tmpl, &td.Size, ordinal)
+		rd, class := decideReplica(in, selector, tmpl, &td.Size, ordinal)
 		if blocked {
 			rd = holdBack(rd)
+			if class != nil {
+				held := holdBack(*class)
+				class = &held
+			}
 		}
+		rd = combine(rd, class)
 		if d.Ordered && rd.State != Ready {
 			blocked = true
 		}
@@ -298,14 +341,14 @@ func holdBack(rd ReplicaDecision) ReplicaDecision {
 		}
 		return rd
 	}
-	if rd.Patch == nil && (rd.Reason == ReasonResizeInfeasible || rd.Reason == ReasonResizeFailing) {
+	if rd.Patch == nil && observedFailure[rd.Reason] {
 		return rd
 	}
 	return ReplicaDecision{
 		Ordinal: rd.Ordinal, PodName: rd.PodName, PVCName: rd.PVCName,
 		State:   Pending,
 		Reason:  ReasonWaitingForPreviousReplica,
-		Message: "OrderedReady: waiting for the previous replica's volume to finish resizing",
+		Message: "OrderedReady: waiting for the previous replica's volume to finish resizing or modifying",
 	}
 }
 
@@ -349,7 +392,10 @@ func (rd *ReplicaDecision) tell(reason, key string) {
 	rd.Event = &Event{Reason: reason, Message: fmt.Sprintf("PVC %s of pod %s: %s", rd.PVCName, rd.PodName, rd.Message), Key: key}
 }
 
-func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVolumeClaim, size *resource.Quantity, ordinal int32) ReplicaDecision {
+// decideReplica decides for the PVC of one replica: its size and, when the
+// template asks for a class or a class of ours is to be rolled back, its
+// VolumeAttributesClass (nil otherwise). decideTemplate combines the two.
+func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVolumeClaim, size *resource.Quantity, ordinal int32) (ReplicaDecision, *ReplicaDecision) {
 	sts := in.StatefulSet
 	rd := ReplicaDecision{
 		Ordinal: ordinal,
@@ -357,24 +403,31 @@ func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVo
 		PVCName: PVCName(tmpl.Name, sts.Name, ordinal),
 	}
 	if waiting, ok := podNotEligible(rd, in.Pods[rd.PodName], sts, selector); ok {
-		return waiting
+		return waiting, nil
 	}
 	pvc := in.PVCs[rd.PVCName]
 	switch {
 	case pvc == nil:
-		return rd.pending(ReasonPVCMissing, "PVC %s does not exist", rd.PVCName)
+		return rd.pending(ReasonPVCMissing, "PVC %s does not exist", rd.PVCName), nil
 	case pvc.DeletionTimestamp != nil:
-		return rd.pending(ReasonPVCTerminating, "PVC %s is being deleted", rd.PVCName)
+		return rd.pending(ReasonPVCTerminating, "PVC %s is being deleted", rd.PVCName), nil
 	}
-	if size.IsZero() {
+	class := templateClass(tmpl)
+	if size.IsZero() && !classWork(pvc, class) {
 		// Nothing to reconcile: the template does not ask for a size.
 		rd.State, rd.Reason, rd.Message = Ready, ReasonNoSizeInTemplate, "the template has no storage request"
-		return rd
+		return rd, nil
 	}
 	if pvc.Status.Phase != corev1.ClaimBound {
-		return rd.pending(ReasonPVCNotBound, "PVC %s is %s, not Bound", rd.PVCName, pvc.Status.Phase)
+		return rd.pending(ReasonPVCNotBound, "PVC %s is %s, not Bound", rd.PVCName, pvc.Status.Phase), nil
 	}
-	return decideSize(rd, sts, pvc, storageClassOf(in, pvc), size)
+	sized := rd
+	if size.IsZero() {
+		sized.State, sized.Reason, sized.Message = Ready, ReasonNoSizeInTemplate, "the template has no storage request"
+	} else {
+		sized = decideSize(rd, sts, pvc, storageClassOf(in, pvc), size)
+	}
+	return sized, decideClass(rd, sts, pvc, class)
 }
 
 // podNotEligible applies docs/design.md §3 rule 1: only replicas whose pod
@@ -699,10 +752,10 @@ func (d *Decision) RejectPatch(pvcName, message string) bool {
 			if rd.PVCName != pvcName || rd.Patch == nil {
 				continue
 			}
-			to := rd.Patch.To
+			what := rd.Patch.Describe()
 			rd.Patch = nil
 			rd.State, rd.Reason = Failed, ReasonPatchRejected
-			rd.Message = fmt.Sprintf("patching the request to %s failed: %s", &to, message)
+			rd.Message = fmt.Sprintf("patching %s failed: %s", what, message)
 			rd.tell(EventFailedToPatchPVC, "")
 			return true
 		}
@@ -762,11 +815,21 @@ func (d *Decision) Status() status.VolumeClaimTemplates {
 	return out
 }
 
-// failureMessage lists the infeasible replicas first, then those whose
-// resize is failing and retried (not counted as infeasible: they need no
-// user action, but a user waiting on them should know why nothing moves),
-// then the replicas whose request is left above the template (counted by
-// their capacity, see aboveTemplate), at most maxMessageEntries in all.
+// failingReasons are the Pending replicas that the status message names
+// after the Failed ones: a resize or modification failing and retried, or a
+// class the resizer cannot start on. Not counted as infeasible (no user
+// action needed, or creating a class is enough), but a user waiting on them
+// should know why nothing moves.
+var failingReasons = map[string]bool{ReasonResizeFailing: true, ReasonModifyFailing: true, ReasonModifyPending: true}
+
+// noteReasons are the replicas that may count as Ready but leave something
+// the user should know: a request left above the template (counted by its
+// capacity, see aboveTemplate), a class that cannot be rolled back.
+var noteReasons = map[string]bool{ReasonNotRaisedByController: true, ReasonShrinkBelowCapacity: true, ReasonClassCannotBeUnset: true}
+
+// failureMessage lists the Failed replicas first, then the failing ones
+// (failingReasons), then the notes (noteReasons), at most maxMessageEntries
+// in all.
 func failureMessage(td *TemplateDecision) string {
 	var parts []string
 	more := 0
@@ -783,12 +846,12 @@ func failureMessage(td *TemplateDecision) string {
 		}
 	}
 	for i := range td.Replicas {
-		if rd := &td.Replicas[i]; rd.State != Failed && rd.Reason == ReasonResizeFailing {
+		if rd := &td.Replicas[i]; rd.State != Failed && failingReasons[rd.Reason] {
 			add(rd)
 		}
 	}
 	for i := range td.Replicas {
-		if rd := &td.Replicas[i]; rd.State != Failed && (rd.Reason == ReasonNotRaisedByController || rd.Reason == ReasonShrinkBelowCapacity) {
+		if rd := &td.Replicas[i]; rd.State != Failed && noteReasons[rd.Reason] {
 			add(rd)
 		}
 	}

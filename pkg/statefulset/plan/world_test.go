@@ -194,14 +194,91 @@ func (w *world) setDesired(name, size string) {
 func (w *world) apply(d *Decision) {
 	for _, p := range d.Patches() {
 		pvc := w.pvcs[p.Name]
-		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = p.To.DeepCopy()
+		if p.Resizes() {
+			pvc.Spec.Resources.Requests[corev1.ResourceStorage] = p.To.DeepCopy()
+		}
+		if p.Class != nil {
+			pvc.Spec.VolumeAttributesClassName = nil
+			if p.Class.To != "" {
+				pvc.Spec.VolumeAttributesClassName = ptr.To(p.Class.To)
+			}
+		}
 		if pvc.Annotations == nil {
 			pvc.Annotations = map[string]string{}
 		}
 		for k, v := range p.Annotations {
 			pvc.Annotations[k] = v
 		}
+		for _, k := range p.RemoveAnnotations {
+			delete(pvc.Annotations, k)
+		}
 	}
+}
+
+// setTemplateClass is the user changing a template's VolumeAttributesClass
+// ("" removes it), observed at once like setTemplate.
+func (w *world) setTemplateClass(name, class string) {
+	for i := range w.sts.Spec.VolumeClaimTemplates {
+		if w.sts.Spec.VolumeClaimTemplates[i].Name == name {
+			w.sts.Spec.VolumeClaimTemplates[i].Spec.VolumeAttributesClassName = classPtr(class)
+		}
+	}
+	w.sts.Generation++
+	w.sts.Status.ObservedGeneration = w.sts.Generation
+}
+
+// setDesiredClass is the webhook recording a class (and the live size) for
+// a template: like setDesired, the spec and generation do not change.
+func (w *world) setDesiredClass(name, class string) {
+	w.templates = make([]corev1.PersistentVolumeClaim, len(w.sts.Spec.VolumeClaimTemplates))
+	for i := range w.sts.Spec.VolumeClaimTemplates {
+		w.sts.Spec.VolumeClaimTemplates[i].DeepCopyInto(&w.templates[i])
+		if w.templates[i].Name == name {
+			w.templates[i].Spec.VolumeAttributesClassName = classPtr(class)
+			size := w.templates[i].Spec.Resources.Requests[corev1.ResourceStorage]
+			w.desired = `[{"name":"` + name + `","storage":"` + size.String() + `","volumeAttributesClassName":"` + class + `"}]`
+		}
+	}
+}
+
+// setClass is someone (a person, or the provisioner) giving a PVC a class
+// that the volume has: spec and status.
+func (w *world) setClass(name, class string) {
+	pvc := w.pvcs[name]
+	pvc.Spec.VolumeAttributesClassName = classPtr(class)
+	pvc.Status.CurrentVolumeAttributesClassName = classPtr(class)
+	pvc.Status.ModifyVolumeStatus = nil
+}
+
+// finishModify is the resizer completing the modification of the named PVCs
+// to their spec's class.
+func (w *world) finishModify(names ...string) {
+	for _, name := range names {
+		pvc := w.pvcs[name]
+		pvc.Status.CurrentVolumeAttributesClassName = classPtr(pvcClass(pvc))
+		pvc.Status.ModifyVolumeStatus = nil
+		pvc.Status.Conditions = nil
+	}
+}
+
+// markModify is the resizer reporting on the modification to the PVC's
+// spec class: a modifyVolumeStatus and, when code or message is given, a
+// ModifyVolumeError condition.
+func (w *world) markModify(name string, st corev1.PersistentVolumeClaimModifyVolumeStatus, code, message string) {
+	pvc := w.pvcs[name]
+	pvc.Status.ModifyVolumeStatus = &corev1.ModifyVolumeStatus{Status: st, TargetVolumeAttributesClassName: pvcClass(pvc)}
+	pvc.Status.Conditions = nil
+	if code != "" || message != "" {
+		pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimVolumeModifyVolumeError,
+			Status: corev1.ConditionTrue, Reason: code, Message: message}}
+	}
+}
+
+func classPtr(class string) *string {
+	if class == "" {
+		return nil
+	}
+	return ptr.To(class)
 }
 
 // finishResize is the resizer completing the expansion of the named PVCs.
@@ -224,11 +301,19 @@ func (w *world) markInfeasible(name string, state corev1.ClaimResourceStatus, co
 	pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: cond, Status: corev1.ConditionTrue, Reason: code, Message: message}}
 }
 
-// patches renders the decision's patches as "pvc:from->to".
+// patches renders the decision's patches as "pvc:from->to", a class change
+// as "pvc:class:from->to" ("" for none), both as "pvc:from->to class:from->to".
 func patches(d *Decision) []string {
 	var out []string
 	for _, p := range d.Patches() {
-		out = append(out, fmt.Sprintf("%s:%s->%s", p.Name, &p.From, &p.To))
+		var parts []string
+		if p.Resizes() {
+			parts = append(parts, fmt.Sprintf("%s->%s", &p.From, &p.To))
+		}
+		if p.Class != nil {
+			parts = append(parts, fmt.Sprintf("class:%s->%s", p.Class.From, p.Class.To))
+		}
+		out = append(out, p.Name+":"+strings.Join(parts, " "))
 	}
 	return out
 }
