@@ -26,7 +26,7 @@ func startGitOpsClassEnv(t *testing.T) *gitopsEnv {
 	s := &stsEnv{Env: e, ssrKubeconfig: scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)}
 	e.CreateClass(t, "gold", gold)
 	e.CreateClass(t, "bad", bad)
-	return &gitopsEnv{stsEnv: s, webhook: startWebhook(t, s.Env, s.ssrKubeconfig)}
+	return &gitopsEnv{stsEnv: s, webhook: s.StartWebhook(t, s.ssrKubeconfig)}
 }
 
 // The GitOps path for a template's VolumeAttributesClass (docs/design.md §3.9 and §3.10): a
@@ -83,7 +83,7 @@ func TestGitOpsClass(t *testing.T) {
 	noClass := sts.DeepCopy()
 	noClass.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName = nil
 	out, err := g.Cluster.KubectlWithInput(t, manifest(t, noClass), "apply", "-f", "-")
-	if err == nil || !strings.Contains(out, "Forbidden") {
+	if err == nil || !strings.Contains(out+err.Error(), forbiddenTemplates) {
 		t.Errorf("apply removing the class: err %v, output %s; want the apiserver's Forbidden", err, out)
 	}
 	g.equalsManifest(t, sts)
