@@ -46,6 +46,10 @@ type Verdict struct {
 	Outcome Outcome
 	// Message says why, naming PVCs and driver messages when infeasible.
 	Message string
+	// Recreating is true when the volumes are done and statefulset-resizer
+	// is to re-create the StatefulSet: a StatefulSet found missing next is
+	// most likely between the re-create's delete and create.
+	Recreating bool
 }
 
 // Evaluate judges one observation of a StatefulSet. Sizes recorded by the
@@ -72,7 +76,7 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 	case errors.Is(err, status.ErrOtherObject):
 		// A re-created StatefulSet carrying its predecessor's annotation: nothing is known
 		// about this object until statefulset-resizer rewrites it.
-		return progress("no status for this StatefulSet yet: %v (is statefulset-resizer running?)", err)
+		return progress("no status for this StatefulSet yet: %v (the StatefulSet was re-created; waiting for statefulset-resizer to evaluate the new object)", err)
 	case err != nil:
 		return progress("status annotation cannot be read yet: %v", err)
 	case st == nil:
@@ -92,7 +96,9 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 	case len(pending) > 0:
 		return progress("%s", strings.Join(pending, "; "))
 	case hasDesire && st.Recreate:
-		return progress("volumes resized to the desired sizes; waiting for statefulset-resizer to re-create the StatefulSet with the desired volume claim templates")
+		v := progress("volumes resized to the desired templates; waiting for statefulset-resizer to re-create the StatefulSet with them")
+		v.Recreating = true
+		return v
 	}
 	return Verdict{Done: true, Outcome: Finished,
 		Message: fmt.Sprintf("%d volume claim template(s) finished for generation %d", len(sts.Spec.VolumeClaimTemplates), sts.Generation)}
@@ -213,7 +219,12 @@ func (w *waiter) poll(ctx context.Context) (bool, error) {
 	var v Verdict
 	switch {
 	case apierrors.IsNotFound(err):
-		v = Verdict{Message: fmt.Sprintf("StatefulSet %s/%s not found", w.namespace, w.name)}
+		v = Verdict{Message: fmt.Sprintf("StatefulSet %s/%s not found", w.namespace, w.name), Recreating: w.last.Recreating}
+		if v.Recreating {
+			// Between the re-create's orphan delete and its create: the
+			// pods and PVCs stay, and the object comes back.
+			v.Message += " (statefulset-resizer is re-creating it)"
+		}
 	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 		w.fatal = err
 		return true, nil

@@ -278,6 +278,24 @@ func TestWaitThroughTheRecreate(t *testing.T) {
 		t.Fatalf("got %+v, want finished for the re-created object's generation 1", v)
 	}
 	if len(progress) != 4 {
-		t.Errorf("progress %q, want one message per state before the end (4)", progress)
+		t.Fatalf("progress %q, want one message per state before the end (4)", progress)
+	}
+	// What a CI log shows during the re-create says that it is one, not that something is
+	// missing or that statefulset-resizer may not be running.
+	for i, want := range map[int]string{2: "statefulset-resizer is re-creating it", 3: "the StatefulSet was re-created"} {
+		if !strings.Contains(progress[i], want) || strings.Contains(progress[i], "is statefulset-resizer running") {
+			t.Errorf("progress[%d] = %q, want it to say %q", i, progress[i], want)
+		}
+	}
+}
+
+// A StatefulSet missing without a re-create to come is just missing.
+func TestWaitNotFoundWithoutRecreate(t *testing.T) {
+	var progress []string
+	v := Wait(context.Background(), &scripted{answers: []func() (*appsv1.StatefulSet, error){
+		answer(nil, apierrors.NewNotFound(gr, "web")),
+	}}, "ns", "web", Options{Timeout: 50 * time.Millisecond, Interval: time.Millisecond, Progress: func(m string) { progress = append(progress, m) }})
+	if v.Outcome != TimedOut || len(progress) == 0 || progress[0] != "StatefulSet ns/web not found" {
+		t.Errorf("got %+v, progress %q; want a timeout after \"StatefulSet ns/web not found\"", v, progress)
 	}
 }
