@@ -73,6 +73,23 @@ func TestSoakAnalysisTenures(t *testing.T) {
 	}
 }
 
+// A Lease write that etcd stalled (its restart): the Lease says acquired at 17:02:25.5, the
+// writer logs it 10 s later once the answer comes. The tenure is still that run's, and the
+// next holder's acquisition is not taken for it.
+func TestSoakAnalysisTenuresStalledWrite(t *testing.T) {
+	a := &run{Replica: 0, N: 2, Acquired: []time.Time{at(10000)}}
+	b := &run{Replica: 1, N: 2, Acquired: []time.Time{at(41000)}}
+	lease := []leaseVersion{
+		{Holder: "host_a", Acquired: at(100), Renewed: at(100)},
+		{Holder: "host_b", Acquired: at(40990), Renewed: at(40990)},
+		{Holder: "host_c", Acquired: at(50000), Renewed: at(50000)}, // no run logged it
+	}
+	ts := tenures(lease, []*run{a, b})
+	if len(ts) != 3 || ts[0].Run != a || ts[1].Run != b || ts[2].Run != nil {
+		t.Fatalf("tenures = %+v, want host_a (run a, logged 9.9 s after its write), host_b (run b), host_c (no run)", ts)
+	}
+}
+
 func TestSoakAnalysisLeaseViolation(t *testing.T) {
 	a := &run{Replica: 0, N: 1, Acquired: []time.Time{at(5)}}
 	b := &run{Replica: 1, N: 1, Acquired: []time.Time{at(5005)}}

@@ -92,8 +92,8 @@ type tenure struct {
 }
 
 // tenures reads the Lease history into tenures and ties each holder identity to the run that
-// logged "Successfully acquired lease" right after the acquireTime the Lease shows (both on
-// this machine's clock; the identity itself is not logged).
+// logged "Successfully acquired lease" after the acquireTime the Lease shows (both on this
+// machine's clock; the identity itself is not logged).
 func tenures(lease []leaseVersion, runs []*run) []tenure {
 	var out []tenure
 	for _, v := range lease {
@@ -106,20 +106,29 @@ func tenures(lease []leaseVersion, runs []*run) []tenure {
 		if n := len(out); n > 0 {
 			out[n-1].To = v.Acquired
 		}
-		out = append(out, tenure{Holder: v.Holder, From: v.Acquired, Run: acquirer(v.Acquired, runs)})
+		out = append(out, tenure{Holder: v.Holder, From: v.Acquired})
+	}
+	for i := range out {
+		out[i].Run = acquirer(out[i].From, out[i].To, runs)
 	}
 	return out
 }
 
-// acquirer is the run whose "Successfully acquired lease" line follows at most closely (within
-// 5s, the write's round trip on a loaded machine).
-func acquirer(at time.Time, runs []*run) *run {
+// acquireLogWindow bounds how long after the Lease's acquireTime its writer may log the
+// acquisition: the write's round trip, which an etcd restart can stretch to the restart's
+// length (the write is committed, the answer comes once etcd serves again).
+const acquireLogWindow = time.Minute
+
+// acquirer is the run whose "Successfully acquired lease" line follows at most closely, before
+// until (the next holder's acquireTime, when there is one: a line after it answers that
+// holder's write) and within acquireLogWindow.
+func acquirer(at, until time.Time, runs []*run) *run {
 	var best *run
 	var bestGap time.Duration
 	for _, r := range runs {
 		for _, a := range r.Acquired {
 			gap := a.Sub(at)
-			if gap < -time.Millisecond || gap > 5*time.Second {
+			if gap < -time.Millisecond || gap > acquireLogWindow || (!until.IsZero() && !a.Before(until)) {
 				continue
 			}
 			if best == nil || gap < bestGap {
