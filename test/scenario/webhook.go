@@ -58,6 +58,21 @@ func (e *Env) StartWebhook(t testing.TB, kubeconfig string, args ...string) *Web
 // into every webhook, and returns the configuration's name.
 func (e *Env) RegisterShippedWebhook(t testing.TB, url string) string {
 	t.Helper()
+	return e.registerShippedWebhook(t, url, nil)
+}
+
+// RegisterShippedWebhookWithCA creates the shipped MutatingWebhookConfiguration with every
+// webhook calling url and trusting caBundle, as cert-manager's CA injector would fill it for a
+// statefulset-resizer serving certificate files, and returns its name.
+func (e *Env) RegisterShippedWebhookWithCA(t testing.TB, url string, caBundle []byte) string {
+	t.Helper()
+	return e.registerShippedWebhook(t, url, caBundle)
+}
+
+// registerShippedWebhook registers the shipped configuration calling url, with caBundle, or,
+// when it is nil, waits for statefulset-resizer to inject its own.
+func (e *Env) registerShippedWebhook(t testing.TB, url string, caBundle []byte) string {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -74,11 +89,14 @@ func (e *Env) RegisterShippedWebhook(t testing.TB, url string) string {
 		if got := config.Webhooks[i].ClientConfig.Service; got == nil || got.Path == nil || *got.Path != webhook.Path {
 			t.Fatalf("shipped webhook %s does not call path %s: %+v", config.Webhooks[i].Name, webhook.Path, got)
 		}
-		config.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
+		config.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
 	}
 	configs := e.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	if _, err := configs.Create(e.Ctx, &config, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("register the webhook configuration %s: %v", config.Name, err)
+	}
+	if caBundle != nil {
+		return config.Name
 	}
 	framework.Eventually(t, 60*time.Second, func() (bool, string) {
 		c, err := configs.Get(e.Ctx, config.Name, metav1.GetOptions{})
