@@ -81,18 +81,24 @@ type CA struct {
 	key  *ecdsa.PrivateKey
 }
 
-// NewCA makes a CA valid for a week.
+// NewCA makes a CA valid from an hour ago for a week.
 func NewCA(name string) (*CA, error) {
+	now := time.Now()
+	return NewCAValid(name, now.Add(-time.Hour), now.Add(7*24*time.Hour))
+}
+
+// NewCAValid makes a CA valid from notBefore to notAfter; the certificates it issues have the
+// same validity (e.g. an ageing pair, due for renewal).
+func NewCAValid(name string, notBefore, notAfter time.Time) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("ca key: %w", err)
 	}
-	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(7 * 24 * time.Hour),
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -108,6 +114,15 @@ func NewCA(name string) (*CA, error) {
 	return &CA{PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), cert: cert, key: key}, nil
 }
 
+// KeyPEM is the CA's private key, PEM-encoded.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(ca.key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
 // Issue writes a serving certificate signed by the CA for hosts (IP addresses or DNS names),
 // with a fresh key and serial number, to certFile and keyFile (PEM).
 func (ca *CA) Issue(commonName string, hosts []string, certFile, keyFile string) error {
@@ -119,12 +134,11 @@ func (ca *CA) Issue(commonName string, hosts []string, certFile, keyFile string)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial.Add(serial, big.NewInt(2)),
 		Subject:      pkix.Name{CommonName: commonName},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(7 * 24 * time.Hour),
+		NotBefore:    ca.cert.NotBefore,
+		NotAfter:     ca.cert.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}

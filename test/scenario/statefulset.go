@@ -85,19 +85,38 @@ func ApplyStatefulSetResizerRBAC(t testing.TB, cluster *framework.Cluster, ns st
 // run the process itself.)
 func (e *Env) StartStatefulSetResizer(t testing.TB, kubeconfig string, args ...string) *framework.Process {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t))
-	all := append([]string{
-		"--kubeconfig=" + kubeconfig,
-		"--http-endpoint=" + addr,
-		"-v=4",
-		"--leader-election-namespace=" + e.Namespace,
-	}, args...)
-	p := framework.NewProcess(t, "statefulset-resizer", framework.BuildStatefulSetResizer(t), all...)
-	p.HTTPAddr = addr
-	p.Start(t)
-	p.WaitHTTP(t, "/healthz", 90*time.Second)
-	e.failOnForbidden(t, p)
-	return p
+	return e.StartStatefulSetResizers(t, kubeconfig, args)[0]
+}
+
+// StartStatefulSetResizers is StartStatefulSetResizer for several processes, one per argument
+// list, all started before waiting for any: replicas that start at the same time.
+func (e *Env) StartStatefulSetResizers(t testing.TB, kubeconfig string, argLists ...[]string) []*framework.Process {
+	t.Helper()
+	var procs []*framework.Process
+	for i, args := range argLists {
+		addr := fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t))
+		all := append([]string{
+			"--kubeconfig=" + kubeconfig,
+			"--http-endpoint=" + addr,
+			"-v=4",
+			"--leader-election-namespace=" + e.Namespace,
+		}, args...)
+		name := "statefulset-resizer"
+		if i > 0 {
+			name = fmt.Sprintf("statefulset-resizer-%d", i)
+		}
+		p := framework.NewProcess(t, name, framework.BuildStatefulSetResizer(t), all...)
+		p.HTTPAddr = addr
+		procs = append(procs, p)
+	}
+	for _, p := range procs {
+		p.Start(t)
+	}
+	for _, p := range procs {
+		p.WaitHTTP(t, "/healthz", 90*time.Second)
+		e.failOnForbidden(t, p)
+	}
+	return procs
 }
 
 // StatefulSetOptions shape a StatefulSet made by NewStatefulSet.
