@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 // PVC annotations of the VolumeAttributesClass reconciliation
@@ -66,20 +67,6 @@ var observedFailure = map[string]bool{
 	ReasonModifyInfeasible: true, ReasonModifyFailing: true,
 }
 
-func templateClass(tmpl *corev1.PersistentVolumeClaim) string {
-	if c := tmpl.Spec.VolumeAttributesClassName; c != nil {
-		return *c
-	}
-	return ""
-}
-
-func pvcClass(pvc *corev1.PersistentVolumeClaim) string {
-	if c := pvc.Spec.VolumeAttributesClassName; c != nil {
-		return *c
-	}
-	return ""
-}
-
 // quoteClass renders a class name for a message; "" is "none".
 func quoteClass(class string) string {
 	if class == "" {
@@ -93,7 +80,7 @@ func quoteClass(class string) string {
 // (docs/design.md §3.10 rule 13).
 func rollbackWanted(pvc *corev1.PersistentVolumeClaim) bool {
 	written, ours := pvc.Annotations[AnnotationModifiedClass]
-	have := pvcClass(pvc)
+	have := ptr.Deref(pvc.Spec.VolumeAttributesClassName, "")
 	return ours && written == have && have != ""
 }
 
@@ -110,7 +97,7 @@ func decideClass(rd ReplicaDecision, sts *appsv1.StatefulSet, pvc *corev1.Persis
 	if !classWork(pvc, want) {
 		return nil
 	}
-	have := pvcClass(pvc)
+	have := ptr.Deref(pvc.Spec.VolumeAttributesClassName, "")
 	var out ReplicaDecision
 	switch written, ours := pvc.Annotations[AnnotationModifiedClass]; {
 	case want == "":
@@ -175,10 +162,7 @@ func classPatch(sts *appsv1.StatefulSet, pvc *corev1.PersistentVolumeClaim, have
 // classProgress applies docs/design.md §3.10 rule 14 to a PVC whose spec
 // already names the template's class: read what the resizer reported.
 func classProgress(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, want string) ReplicaDecision {
-	current := ""
-	if c := pvc.Status.CurrentVolumeAttributesClassName; c != nil {
-		current = *c
-	}
+	current := ptr.Deref(pvc.Status.CurrentVolumeAttributesClassName, "")
 	ms := pvc.Status.ModifyVolumeStatus
 	switch {
 	case ms == nil && current == want:

@@ -153,7 +153,7 @@ func randomClass(b *byteSource, pvc *corev1.PersistentVolumeClaim) {
 	}
 	switch b.pick(3) {
 	case 1: // we set the class it has
-		setAnnotation(pvc, AnnotationModifiedClass, pvcClass(pvc))
+		setAnnotation(pvc, AnnotationModifiedClass, ptr.Deref(pvc.Spec.VolumeAttributesClassName, ""))
 		setAnnotation(pvc, AnnotationPreModifyClass, b.className())
 	case 2: // we set a class, someone changed it since
 		setAnnotation(pvc, AnnotationModifiedClass, b.className())
@@ -315,7 +315,7 @@ func FuzzDecideInvariants(f *testing.F) {
 			if want := templates[i].Spec.Resources.Requests[corev1.ResourceStorage]; td.Size.Cmp(want) != 0 {
 				t.Fatalf("template %s decided for %s, want %s (desired %q)", td.Name, &td.Size, &want, w.desired)
 			}
-			if want := templateClass(&templates[i]); td.Class != want {
+			if want := ptr.Deref(templates[i].Spec.VolumeAttributesClassName, ""); td.Class != want {
 				t.Fatalf("template %s decided for class %q, want %q (desired %q)", td.Name, td.Class, want, w.desired)
 			}
 		}
@@ -374,7 +374,7 @@ func checkClassPatch(t *testing.T, pvc *corev1.PersistentVolumeClaim, p *PVCPatc
 	if p.Class == nil {
 		return
 	}
-	have := pvcClass(pvc)
+	have := ptr.Deref(pvc.Spec.VolumeAttributesClassName, "")
 	written, ours := pvc.Annotations[AnnotationModifiedClass]
 	if p.Class.From != have {
 		t.Fatalf("class patch of %s from %q, but the PVC's class is %q", pvc.Name, p.Class.From, have)
@@ -416,7 +416,7 @@ func classSettled(pvc *corev1.PersistentVolumeClaim, want string) bool {
 		return !rollbackWanted(pvc) || (pvc.Annotations[AnnotationPreModifyClass] == "" && pvc.Status.CurrentVolumeAttributesClassName != nil)
 	}
 	current := pvc.Status.CurrentVolumeAttributesClassName
-	return pvcClass(pvc) == want && current != nil && *current == want && pvc.Status.ModifyVolumeStatus == nil
+	return ptr.Deref(pvc.Spec.VolumeAttributesClassName, "") == want && current != nil && *current == want && pvc.Status.ModifyVolumeStatus == nil
 }
 
 // checkClassVerdict: a class verdict (infeasible, failing, class missing)
@@ -440,7 +440,7 @@ func checkClassVerdict(t *testing.T, pvc *corev1.PersistentVolumeClaim, rd Repli
 		return
 	}
 	ms := pvc.Status.ModifyVolumeStatus
-	if want == "" || pvcClass(pvc) != want || ms == nil || ms.TargetVolumeAttributesClassName != want || ms.Status != wantStatus || rd.State != wantState {
-		t.Fatalf("%s is %s/%s for template class %q, but the PVC asks for %q and reports %+v", pvc.Name, rd.State, rd.Reason, want, pvcClass(pvc), ms)
+	if want == "" || ptr.Deref(pvc.Spec.VolumeAttributesClassName, "") != want || ms == nil || ms.TargetVolumeAttributesClassName != want || ms.Status != wantStatus || rd.State != wantState {
+		t.Fatalf("%s is %s/%s for template class %q, but the PVC asks for %q and reports %+v", pvc.Name, rd.State, rd.Reason, want, ptr.Deref(pvc.Spec.VolumeAttributesClassName, ""), ms)
 	}
 }

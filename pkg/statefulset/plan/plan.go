@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
@@ -301,7 +302,7 @@ func Decide(in Input) *Decision {
 // decideTemplate evaluates the replicas of one volume claim template, in
 // ordinal order from start.
 func (d *Decision) decideTemplate(in Input, selector labels.Selector, tmpl *corev1.PersistentVolumeClaim, start int32) TemplateDecision {
-	td := TemplateDecision{Name: tmpl.Name, Class: templateClass(tmpl)}
+	td := TemplateDecision{Name: tmpl.Name, Class: ptr.Deref(tmpl.Spec.VolumeAttributesClassName, "")}
 	if q, ok := tmpl.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 		td.Size = q.DeepCopy()
 	}
@@ -412,7 +413,7 @@ func decideReplica(in Input, selector labels.Selector, tmpl *corev1.PersistentVo
 	case pvc.DeletionTimestamp != nil:
 		return rd.pending(ReasonPVCTerminating, "PVC %s is being deleted", rd.PVCName), nil
 	}
-	class := templateClass(tmpl)
+	class := ptr.Deref(tmpl.Spec.VolumeAttributesClassName, "")
 	if size.IsZero() && !classWork(pvc, class) {
 		// Nothing to reconcile: the template does not ask for a size.
 		rd.State, rd.Reason, rd.Message = Ready, ReasonNoSizeInTemplate, "the template has no storage request"

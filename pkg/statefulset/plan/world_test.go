@@ -255,7 +255,7 @@ func (w *world) setClass(name, class string) {
 func (w *world) finishModify(names ...string) {
 	for _, name := range names {
 		pvc := w.pvcs[name]
-		pvc.Status.CurrentVolumeAttributesClassName = classPtr(pvcClass(pvc))
+		pvc.Status.CurrentVolumeAttributesClassName = classPtr(ptr.Deref(pvc.Spec.VolumeAttributesClassName, ""))
 		pvc.Status.ModifyVolumeStatus = nil
 		pvc.Status.Conditions = nil
 	}
@@ -266,7 +266,7 @@ func (w *world) finishModify(names ...string) {
 // ModifyVolumeError condition.
 func (w *world) markModify(name string, st corev1.PersistentVolumeClaimModifyVolumeStatus, code, message string) {
 	pvc := w.pvcs[name]
-	pvc.Status.ModifyVolumeStatus = &corev1.ModifyVolumeStatus{Status: st, TargetVolumeAttributesClassName: pvcClass(pvc)}
+	pvc.Status.ModifyVolumeStatus = &corev1.ModifyVolumeStatus{Status: st, TargetVolumeAttributesClassName: ptr.Deref(pvc.Spec.VolumeAttributesClassName, "")}
 	pvc.Status.Conditions = nil
 	if code != "" || message != "" {
 		pvc.Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimVolumeModifyVolumeError,
