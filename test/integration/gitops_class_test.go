@@ -3,16 +3,13 @@
 package integration
 
 import (
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/test/framework"
 	"github.com/csi-resizer/csi-resizer/test/scenario"
 )
@@ -46,16 +43,7 @@ func TestGitOpsClass(t *testing.T) {
 
 	sts.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName = ptr.To("bad")
 	g.apply(t, sts)
-	r := g.wait(t, "web")
-	if r.Code != 1 || !strings.Contains(r.Stderr, infeasibleFault.Message) || !strings.Contains(r.Stderr, first) {
-		t.Fatalf("wait: %s; want exit 1 naming %s and the driver's message", r, first)
-	}
-	framework.Consistently(t, 3*time.Second, func() (bool, string) {
-		cur, _ := g.StatefulSet(t, "web")
-		_, annotated := cur.Annotations[desired.Annotation]
-		return cur.UID == old.UID && annotated && g.recordOf(t, "web") == nil,
-			fmt.Sprintf("uid %s (was %s), desired annotation %v, record %v: want no re-create", cur.UID, old.UID, annotated, g.recordOf(t, "web") != nil)
-	})
+	g.infeasibleNotRecreated(t, "web", first, infeasibleFault.Message, old.UID)
 
 	sts.Spec.VolumeClaimTemplates[0].Spec.VolumeAttributesClassName = nil
 	g.apply(t, sts)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	appsv1 "k8s.io/api/apps/v1"
@@ -151,16 +150,7 @@ func TestGitOpsInfeasible(t *testing.T) {
 
 	scenario.WithSize("100Gi")(sts)
 	g.apply(t, sts)
-	r := g.wait(t, "web")
-	if r.Code != 1 || !strings.Contains(r.Stderr, driverMessage) || !strings.Contains(r.Stderr, claim) {
-		t.Fatalf("wait: %s; want exit 1 naming %s and the driver's message", r, claim)
-	}
-	framework.Consistently(t, 3*time.Second, func() (bool, string) {
-		cur, _ := g.StatefulSet(t, "web")
-		_, annotated := cur.Annotations[desired.Annotation]
-		return cur.UID == old.UID && annotated && g.recordOf(t, "web") == nil,
-			fmt.Sprintf("uid %s (was %s), desired annotation %v, record %v: want no re-create", cur.UID, old.UID, annotated, g.recordOf(t, "web") != nil)
-	})
+	g.infeasibleNotRecreated(t, "web", claim, driverMessage, old.UID)
 
 	scenario.WithSize("2Gi")(sts)
 	g.apply(t, sts)

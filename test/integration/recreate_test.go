@@ -88,6 +88,23 @@ func (s *stsEnv) createWithSpareBy(t *testing.T, sts *appsv1.StatefulSet, spare 
 	return ids
 }
 
+// infeasibleNotRecreated checks a desire the driver refuses: `wait` exits 1 naming claim and the
+// driver's message, and for a few seconds the StatefulSet is not re-created (same uid as old,
+// the desired annotation kept, no re-create record).
+func (s *stsEnv) infeasibleNotRecreated(t *testing.T, name, claim, message string, old types.UID) {
+	t.Helper()
+	r := s.wait(t, name)
+	if r.Code != 1 || !strings.Contains(r.Stderr, message) || !strings.Contains(r.Stderr, claim) {
+		t.Fatalf("wait: %s; want exit 1 naming %s and the driver's message", r, claim)
+	}
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		cur, _ := s.StatefulSet(t, name)
+		_, annotated := cur.Annotations[desired.Annotation]
+		return cur.UID == old && annotated && s.recordOf(t, name) == nil,
+			fmt.Sprintf("uid %s (was %s), desired annotation %v, record %v: want no re-create", cur.UID, old, annotated, s.recordOf(t, name) != nil)
+	})
+}
+
 // recordOf returns the re-create record of the StatefulSet, nil when there is none.
 func (s *stsEnv) recordOf(t *testing.T, name string) *v1.ConfigMap {
 	t.Helper()
@@ -433,15 +450,7 @@ func TestRecreateNotForInfeasibleDesire(t *testing.T) {
 		VolumeID: ids[claim], MinRequiredBytes: 50 << 30}})
 
 	s.setDesire(t, "web", desire(t, "100Gi"), nil)
-	r := s.wait(t, "web")
-	if r.Code != 1 || !strings.Contains(r.Stderr, driverMessage) || !strings.Contains(r.Stderr, claim) {
-		t.Fatalf("wait: %s; want exit 1 naming %s and the driver's message", r, claim)
-	}
-	framework.Consistently(t, 3*time.Second, func() (bool, string) {
-		cur, _ := s.StatefulSet(t, "web")
-		_, annotated := cur.Annotations[desired.Annotation]
-		return cur.UID == old.UID && annotated && s.recordOf(t, "web") == nil, fmt.Sprintf("uid %s (was %s), annotated %v: re-created", cur.UID, old.UID, annotated)
-	})
+	s.infeasibleNotRecreated(t, "web", claim, driverMessage, old.UID)
 
 	s.setDesire(t, "web", desire(t, "2Gi"), nil)
 	s.waitDone(t, claim, "2Gi")
