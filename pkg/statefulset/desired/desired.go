@@ -1,16 +1,17 @@
-// Package desired is the record of the volume claim template sizes a user asked
+// Package desired is the record of the volume claim template changes a user asked
 // for but the apiserver would not store: the StatefulSet annotation
 // csi-resizer.io/desired-volume-claim-templates. statefulset-resizer's admission
-// webhook writes it when an update changes only the templates' storage requests
-// (and VolumeAttributesClass names), after putting the live templates back into
-// the request; the controller reads it and resizes the PVCs to it, as if the
-// templates themselves had been changed (docs/design.md, statefulset-resizer's
-// webhook rules).
+// webhook writes it when an update changes only the templates' storage requests,
+// VolumeAttributesClass names and labels and annotations, after putting the live
+// templates back into the request; the controller then re-creates the
+// StatefulSet with the recorded templates (docs/design.md §3.7).
 //
 // The value is a JSON list with one entry per template of the request, in
-// template order:
+// template order; "metadata" is there only when the template's labels or
+// annotations change, and then holds all of them:
 //
-//	[{"name":"data","storage":"20Gi"},{"name":"logs","storage":"2Gi","volumeAttributesClassName":"gold"}]
+//	[{"name":"data","storage":"20Gi"},{"name":"logs","storage":"2Gi","volumeAttributesClassName":"gold",
+//	  "metadata":{"labels":{"app":"db","chart":"db-1.2"},"annotations":{}}}]
 package desired
 
 import (
@@ -34,12 +35,22 @@ const (
 	OptInValue = "enabled"
 )
 
-// Template is the desired size (and VolumeAttributesClass) of one volume claim
-// template, named by its metadata.name.
+// Template is the desired size, VolumeAttributesClass and metadata of one
+// volume claim template, named by its metadata.name.
 type Template struct {
 	Name                      string            `json:"name"`
 	Storage                   resource.Quantity `json:"storage"`
 	VolumeAttributesClassName *string           `json:"volumeAttributesClassName,omitempty"`
+	// Metadata is the template's labels and annotations as requested. Nil
+	// (absent, as in values recorded before it existed) keeps the live ones.
+	Metadata *Metadata `json:"metadata,omitempty"`
+}
+
+// Metadata is a template's labels and annotations; both maps are complete
+// (a key missing from one is not on the template), empty when there are none.
+type Metadata struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
 }
 
 // Parse decodes and checks an annotation value. The error names the annotation
@@ -103,7 +114,7 @@ func FromStatefulSet(sts *appsv1.StatefulSet) (ts []Template, ok bool, err error
 }
 
 // FromTemplates is the desired list that templates ask for: one entry per
-// template, in order. A template without a storage request is an error, since
+// template, in order, without metadata (see MetadataOf). A template without a storage request is an error, since
 // the annotation always has a size.
 func FromTemplates(templates []corev1.PersistentVolumeClaim) ([]Template, error) {
 	ts := make([]Template, 0, len(templates))
@@ -122,10 +133,10 @@ func FromTemplates(templates []corev1.PersistentVolumeClaim) ([]Template, error)
 	return ts, validate(ts)
 }
 
-// Apply returns a deep copy of templates with each template's storage request
-// and VolumeAttributesClass name replaced by the desired entry of the same name
-// (a desired entry without a class name clears it); templates without an entry
-// are unchanged. An entry naming no template is an error: the templates were
+// Apply returns a deep copy of templates with each template's storage request,
+// VolumeAttributesClass name and, when the entry has them, labels and
+// annotations replaced by the desired entry of the same name (a desired entry
+// without a class name clears it); templates without an entry are unchanged. An entry naming no template is an error: the templates were
 // renamed or removed since the desire was recorded.
 func Apply(templates []corev1.PersistentVolumeClaim, ds []Template) ([]corev1.PersistentVolumeClaim, error) {
 	if err := validate(ds); err != nil {
@@ -154,9 +165,36 @@ func Apply(templates []corev1.PersistentVolumeClaim, ds []Template) ([]corev1.Pe
 			v := *d.VolumeAttributesClassName
 			spec.VolumeAttributesClassName = &v
 		}
+		if d.Metadata != nil {
+			out[i].Labels, out[i].Annotations = nilIfEmpty(d.Metadata.Labels), nilIfEmpty(d.Metadata.Annotations)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// MetadataOf is the Metadata entry recording t's labels and annotations.
+func MetadataOf(t *corev1.PersistentVolumeClaim) *Metadata {
+	return &Metadata{Labels: copyMap(t.Labels), Annotations: copyMap(t.Annotations)}
+}
+
+// copyMap returns a copy of m, empty (not nil) when m is: the annotation's
+// metadata maps are complete, so "none" is written as {}.
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// nilIfEmpty returns a copy of m, or nil when m is empty: the apiserver stores
+// a template without labels as one without the field.
+func nilIfEmpty(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return copyMap(m)
 }

@@ -110,6 +110,12 @@ func TestFromTemplates(t *testing.T) {
 	if want := `[{"name":"data","storage":"3Gi"},{"name":"logs","storage":"1Gi","volumeAttributesClassName":"gold"}]`; got != want {
 		t.Fatalf("FromTemplates = %s, want %s", got, want)
 	}
+	tmpl := template("data", "3Gi", nil)
+	ts[0].Metadata = MetadataOf(&tmpl)
+	got, _ = Format(ts)
+	if want := `[{"name":"data","storage":"3Gi","metadata":{"labels":{"app":"db"},"annotations":{}}},`; !strings.HasPrefix(got, want) {
+		t.Fatalf("with MetadataOf: %s, want it to start with %s", got, want)
+	}
 	noSize := template("data", "1Gi", nil)
 	noSize.Spec.Resources.Requests = nil
 	if _, err := FromTemplates([]corev1.PersistentVolumeClaim{noSize}); err == nil || !strings.Contains(err.Error(), `"data" has no resources.requests.storage`) {
@@ -136,6 +142,24 @@ func TestApply(t *testing.T) {
 	}
 	if !apiequality.Semantic.DeepEqual(live, orig) {
 		t.Fatalf("Apply changed its input: %+v", live)
+	}
+	// Entries without metadata (as recorded before it existed) keep the live
+	// labels; entries with metadata replace them, {} removing them all.
+	withMeta, err := Apply(live, []Template{
+		{Name: "data", Storage: resource.MustParse("1Gi"), Metadata: &Metadata{Labels: map[string]string{"app": "db", "chart": "db-2"}, Annotations: map[string]string{"note": "x"}}},
+		{Name: "logs", Storage: resource.MustParse("1Gi"), VolumeAttributesClassName: ptr("silver"), Metadata: &Metadata{Labels: map[string]string{}, Annotations: map[string]string{}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, a := withMeta[0].Labels, withMeta[0].Annotations; len(l) != 2 || l["chart"] != "db-2" || a["note"] != "x" {
+		t.Errorf("metadata entry: labels %v annotations %v", l, a)
+	}
+	if withMeta[1].Labels != nil || withMeta[1].Annotations != nil {
+		t.Errorf("empty metadata entry: labels %v annotations %v, want none", withMeta[1].Labels, withMeta[1].Annotations)
+	}
+	if withMeta[2].Labels["app"] != "db" {
+		t.Errorf("template without entry lost its labels: %v", withMeta[2].Labels)
 	}
 	got[2].Labels["app"] = "changed"
 	if live[2].Labels["app"] != "db" {
