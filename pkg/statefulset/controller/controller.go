@@ -64,11 +64,15 @@ type Options struct {
 	// transient error. Defaults: 500ms and 5m.
 	RetryBaseDelay time.Duration
 	RetryMaxDelay  time.Duration
-	// Recreate enables the re-create of a StatefulSet whose volumes reached
-	// the sizes of its desired-templates annotation (package recreate).
+	// Recreate enables the re-create of an opted-in StatefulSet with the
+	// templates of its desired-templates annotation (package recreate).
 	// Re-creates already under way (a record exists) are finished even when
 	// it is off: stopping half-way could leave no StatefulSet.
 	Recreate bool
+	// RecordNamespace is the namespace of the re-create records:
+	// statefulset-resizer's own, where users who may write ConfigMaps in
+	// their namespaces cannot forge one. Required.
+	RecordNamespace string
 }
 
 // Controller reconciles StatefulSet volume claim templates with PVCs.
@@ -83,12 +87,15 @@ type Controller struct {
 	podLister corelisters.PodLister
 	pvcLister corelisters.PersistentVolumeClaimLister
 	scLister  storagelisters.StorageClassLister
-	// cmLister holds only the re-create records (label recreate.RecordLabel),
-	// from recordFactory.
-	cmLister      corelisters.ConfigMapLister
-	recordFactory informers.SharedInformerFactory
-	synced        []cache.InformerSynced
-	recreate      bool
+	// nsLister holds the namespaces' labels: the namespace opt-in.
+	nsLister corelisters.NamespaceLister
+	// cmLister holds only the re-create records (label recreate.RecordLabel)
+	// of recordNamespace, from recordFactory.
+	cmLister        corelisters.ConfigMapLister
+	recordFactory   informers.SharedInformerFactory
+	recordNamespace string
+	synced          []cache.InformerSynced
+	recreate        bool
 
 	// queue holds "namespace/name" keys of StatefulSets.
 	queue workqueue.TypedRateLimitingInterface[string]
@@ -110,6 +117,9 @@ type Controller struct {
 func New(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory,
 	recorder record.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
 	opts = opts.withDefaults()
+	if opts.RecordNamespace == "" {
+		return nil, fmt.Errorf("the namespace of the re-create records is required (statefulset-resizer's own namespace)")
+	}
 	c := &Controller{
 		client:   client,
 		factory:  factory,
@@ -119,12 +129,14 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: clk}),
-		events:   newEventCache(),
-		fresh:    freshness.New(),
-		recreate: opts.Recreate,
-		// Records are few and short-lived; a separate factory lists and
-		// watches only them, not every ConfigMap of the cluster.
-		recordFactory: informers.NewSharedInformerFactoryWithOptions(client, 0,
+		events:          newEventCache(),
+		fresh:           freshness.New(),
+		recreate:        opts.Recreate,
+		recordNamespace: opts.RecordNamespace,
+		// Records are few and short-lived, and live only in
+		// statefulset-resizer's own namespace: a separate factory lists and
+		// watches only them there, with no right to any other ConfigMap.
+		recordFactory: informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(opts.RecordNamespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = recreate.RecordLabel + "=true" })),
 	}
 
@@ -132,8 +144,9 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 	podInformer := factory.Core().V1().Pods()
 	pvcInformer := factory.Core().V1().PersistentVolumeClaims()
 	scInformer := factory.Storage().V1().StorageClasses()
+	nsInformer := factory.Core().V1().Namespaces()
 	c.stsLister, c.podLister = stsInformer.Lister(), podInformer.Lister()
-	c.pvcLister, c.scLister = pvcInformer.Lister(), scInformer.Lister()
+	c.pvcLister, c.scLister, c.nsLister = pvcInformer.Lister(), scInformer.Lister(), nsInformer.Lister()
 	cmInformer := c.recordFactory.Core().V1().ConfigMaps()
 	c.cmLister = cmInformer.Lister()
 
@@ -150,6 +163,7 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 			AddFunc: c.pvcChanged, UpdateFunc: c.updatePVC, DeleteFunc: c.pvcDeleted}},
 		{scInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.storageClassChanged, UpdateFunc: c.updateStorageClass, DeleteFunc: c.storageClassChanged}},
+		{nsInformer.Informer(), transformNamespace, cache.ResourceEventHandlerFuncs{UpdateFunc: c.updateNamespace}},
 		{cmInformer.Informer(), stripManagedFields, cache.ResourceEventHandlerFuncs{
 			AddFunc: c.recordChanged, UpdateFunc: func(_, obj any) { c.recordChanged(obj) }, DeleteFunc: c.recordChanged}},
 	} {
@@ -228,36 +242,44 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 		c.events.forget(key)
 		c.invalidDesire.forget(key)
 		c.fresh.Forget(writeKey("sts", namespace, name))
-		// Absent in the middle of a re-create: create it from the record.
-		return c.recreateSteps(ctx, namespace, name, nil, false)
-	}
-	if err != nil {
+		sts = nil
+	} else if err != nil {
 		return fmt.Errorf("get StatefulSet %s from cache: %w", key, err)
 	}
-	wanted, err := c.reconcile(ctx, sts, key)
-	// A re-create under way is continued whatever the reconcile found.
-	return errors.Join(err, c.recreateSteps(ctx, namespace, name, sts, wanted && err == nil))
+	rec, err := c.record(ctx, namespace, name, sts)
+	if err != nil {
+		return err
+	}
+	var wanted bool
+	if sts != nil {
+		_, wanted = c.recreateTemplates(sts)
+	}
+	if sts != nil && rec == nil && sts.DeletionTimestamp == nil && !wanted {
+		// The volumes are reconciled with the live object; one about to be
+		// replaced (a re-create starts or is under way) is left alone: its
+		// status would go with it, and its PVCs are the new object's.
+		if err := c.reconcile(ctx, sts, key); err != nil {
+			return err
+		}
+	}
+	return c.recreateSteps(ctx, namespace, name, sts, rec, wanted)
 }
 
-// reconcile decides and carries out the PVC resizes of one StatefulSet, and
-// reports whether its re-create is wanted now (recreate.Wanted).
-func (c *Controller) reconcile(ctx context.Context, sts *appsv1.StatefulSet, key string) (bool, error) {
+// reconcile decides and carries out the PVC changes of one StatefulSet and
+// writes its status.
+func (c *Controller) reconcile(ctx context.Context, sts *appsv1.StatefulSet, key string) error {
 	logger := klog.FromContext(ctx)
 	in, err := c.gather(sts, key)
 	if err != nil {
-		return false, err
+		return err
 	}
 	decision := plan.Decide(in)
 	if decision.Deferred != "" {
 		logger.V(4).Info("Not reconciling yet", "reason", decision.Deferred)
-		return false, nil
+		return nil
 	}
 	logUnready(logger, sts, decision)
-	pending := recreate.Pending(c.recreate, sts, in.Templates)
-	if err := c.apply(ctx, sts, key, decision, pending); err != nil {
-		return false, err
-	}
-	return recreate.Wanted(pending, decision), nil
+	return c.apply(ctx, sts, key, decision, recreate.Pending(c.recreate, sts, in.Templates))
 }
 
 // apply carries a decision out: the PVC patches, the events, the gauges and

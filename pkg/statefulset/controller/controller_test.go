@@ -554,7 +554,10 @@ func TestConstructorAndRunErrors(t *testing.T) {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() { cancel(); factory.Shutdown() }()
-	ctrl, err := New(ctx, client, factory, record.NewFakeRecorder(1), clock.RealClock{}, Options{})
+	if _, err := New(ctx, client, factory, record.NewFakeRecorder(1), clock.RealClock{}, Options{}); err == nil {
+		t.Error("New without the records' namespace succeeded")
+	}
+	ctrl, err := New(ctx, client, factory, record.NewFakeRecorder(1), clock.RealClock{}, Options{RecordNamespace: recordNS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,7 +567,7 @@ func TestConstructorAndRunErrors(t *testing.T) {
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 	// A second controller on a started factory cannot install its transforms.
-	if _, err := New(ctx, client, factory, record.NewFakeRecorder(1), clock.RealClock{}, Options{}); err == nil {
+	if _, err := New(ctx, client, factory, record.NewFakeRecorder(1), clock.RealClock{}, Options{RecordNamespace: recordNS}); err == nil {
 		t.Error("New on a started factory succeeded")
 	}
 	// A malformed key is dropped, not retried.

@@ -9,9 +9,12 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 )
 
+// withDesire gives the StatefulSet of objects the desire value, and opts it
+// in to template changes (only then is a desire acted on).
 func withDesire(objects []runtime.Object, value string) []runtime.Object {
 	sts := objects[0].(*appsv1.StatefulSet)
 	sts.Annotations = map[string]string{desired.Annotation: value}
+	sts.Labels = map[string]string{desired.OptInLabel: desired.OptInValue}
 	return objects
 }
 
@@ -40,12 +43,20 @@ func TestDesiredAnnotationIsTheSize(t *testing.T) {
 // An annotation the controller cannot use is told once, in a Warning event
 // naming the annotation and the fix, and the live templates are reconciled.
 func TestInvalidDesiredAnnotation(t *testing.T) {
-	for name, value := range map[string]string{
-		"not JSON":         `{`,
-		"unknown template": `[{"name":"logs","storage":"2Gi"}]`,
+	for name, c := range map[string]struct {
+		value, fix string
+		optOut     bool
+	}{
+		"not JSON":         {value: `{`, fix: "remove the annotation"},
+		"unknown template": {value: `[{"name":"logs","storage":"2Gi"}]`, fix: "remove the annotation"},
+		"not opted in":     {value: `[{"name":"data","storage":"2Gi"}]`, fix: desired.OptInLabel, optOut: true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, withDesire(cluster(1, appsv1.ParallelPodManagement, "1Gi", "1Gi"), value)...)
+			objects := withDesire(cluster(1, appsv1.ParallelPodManagement, "1Gi", "1Gi"), c.value)
+			if c.optOut {
+				objects[0].(*appsv1.StatefulSet).Labels = nil
+			}
+			h := newHarness(t, objects...)
 			if err := h.sync(); err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +64,7 @@ func TestInvalidDesiredAnnotation(t *testing.T) {
 				t.Errorf("request %s, want the live template's 1Gi", got)
 			}
 			ev := h.events()
-			if len(ev) != 1 || !hasEvent(ev, "Warning", EventInvalidDesiredTemplates, desired.Annotation, "remove the annotation") {
+			if len(ev) != 1 || !hasEvent(ev, "Warning", EventInvalidDesiredTemplates, desired.Annotation, c.fix) {
 				t.Fatalf("events %q, want one %s naming the annotation and the fix", ev, EventInvalidDesiredTemplates)
 			}
 			if st := h.status(); st == nil || st.Templates[0].FinishedReconciliationGeneration != 1 {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
 )
@@ -150,11 +151,28 @@ func isOrdinalName(name, prefix string) bool {
 // recordChanged enqueues the StatefulSet of a re-create record.
 func (c *Controller) recordChanged(obj any) {
 	enqueueFor(c.queue, obj, func(cm *corev1.ConfigMap) []string {
-		if name, ok := recreate.StatefulSetName(cm); ok {
-			return []string{cm.Namespace + "/" + name}
+		if namespace, name, ok := recreate.StatefulSetOf(cm); ok {
+			return []string{namespace + "/" + name}
 		}
 		return nil
 	})
+}
+
+// updateNamespace enqueues the namespace's StatefulSets when its opt-in label
+// changed: a desire recorded for them may now be acted on, or no longer.
+func (c *Controller) updateNamespace(oldObj, newObj any) {
+	oldNS, ok1 := oldObj.(*corev1.Namespace)
+	newNS, ok2 := newObj.(*corev1.Namespace)
+	if !ok1 || !ok2 || oldNS.Labels[desired.OptInLabel] == newNS.Labels[desired.OptInLabel] {
+		return
+	}
+	sets, err := c.stsLister.StatefulSets(newNS.Name).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, sts := range sets {
+		c.queue.Add(sts.Namespace + "/" + sts.Name)
+	}
 }
 
 func (c *Controller) storageClassChanged(any) {
@@ -202,6 +220,17 @@ func transformStatefulSet(obj any) (any, error) {
 		sts.Spec.Template.Spec = corev1.PodSpec{}
 	}
 	return stripManagedFields(obj)
+}
+
+// transformNamespace keeps a namespace's name and labels: the opt-in is all
+// that is read of it.
+func transformNamespace(obj any) (any, error) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Namespace{TypeMeta: ns.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: ns.Name, UID: ns.UID, ResourceVersion: ns.ResourceVersion, Labels: ns.Labels}}, nil
 }
 
 func transformPod(obj any) (any, error) {

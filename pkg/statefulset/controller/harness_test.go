@@ -37,6 +37,9 @@ const (
 	ns       = "ns"
 	revision = "web-rev1"
 	scName   = "expandable"
+	// recordNS is statefulset-resizer's own namespace, where its re-create
+	// records live.
+	recordNS = "ssr-system"
 )
 
 // harness runs the controller against client-go's fake clientset. Tests
@@ -72,6 +75,9 @@ func newHarnessWith(t *testing.T, opts Options, objects ...runtime.Object) *harn
 		t.Fatal(err)
 	}
 	opts.Metrics, opts.RetryBaseDelay, opts.RetryMaxDelay = m, time.Millisecond, 10*time.Millisecond
+	if opts.RecordNamespace == "" {
+		opts.RecordNamespace = recordNS
+	}
 	ctrl, err := New(ctx, h.client, h.factory, h.recorder, clock.RealClock{}, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +151,9 @@ func (h *harness) catchUp() {
 		}},
 		{h.factory.Storage().V1().StorageClasses().Informer(), func() (runtime.Object, error) {
 			return h.client.StorageV1().StorageClasses().List(h.ctx, metav1.ListOptions{})
+		}},
+		{h.factory.Core().V1().Namespaces().Informer(), func() (runtime.Object, error) {
+			return h.client.CoreV1().Namespaces().List(h.ctx, metav1.ListOptions{})
 		}},
 	}
 	for _, l := range lists {

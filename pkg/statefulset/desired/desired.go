@@ -198,3 +198,14 @@ func nilIfEmpty(m map[string]string) map[string]string {
 	}
 	return copyMap(m)
 }
+
+// OptedIn reports whether a StatefulSet with stsLabels, in a namespace with
+// namespaceLabels, is opted in to template changes: OptInLabel=OptInValue on
+// the StatefulSet, or, when the StatefulSet does not carry the label at all,
+// on its namespace (the StatefulSet's label with any other value opts out).
+func OptedIn(stsLabels, namespaceLabels map[string]string) bool {
+	if v, ok := stsLabels[OptInLabel]; ok {
+		return v == OptInValue
+	}
+	return namespaceLabels[OptInLabel] == OptInValue
+}

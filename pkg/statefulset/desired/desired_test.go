@@ -184,3 +184,24 @@ func TestApplyErrors(t *testing.T) {
 		t.Fatalf("template without requests: got %+v, %v", got, err)
 	}
 }
+
+func TestOptedIn(t *testing.T) {
+	in := map[string]string{OptInLabel: OptInValue}
+	out := map[string]string{OptInLabel: "disabled"}
+	for _, c := range []struct {
+		name    string
+		sts, ns map[string]string
+		want    bool
+	}{
+		{"neither", nil, nil, false},
+		{"StatefulSet label", in, nil, true},
+		{"namespace label", nil, in, true},
+		{"StatefulSet opted out in an opted-in namespace", out, in, false},
+		{"StatefulSet opted in, namespace opted out", in, out, true},
+		{"namespace with another value", nil, out, false},
+	} {
+		if got := OptedIn(c.sts, c.ns); got != c.want {
+			t.Errorf("%s: OptedIn = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -3,18 +3,19 @@ package recreate
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 )
 
-// withoutDesiredAnnotation returns a copy of the managedFields entries with
-// the desired-templates annotation removed from every entry's fields: the
-// re-created object does not have it, and an entry owning a field that does
-// not exist would make its manager look like it still asks for it. Entries
-// left with no field are dropped.
-func withoutDesiredAnnotation(entries []metav1.ManagedFieldsEntry) ([]metav1.ManagedFieldsEntry, error) {
+// withoutReplacedFields returns a copy of the managedFields entries with the
+// desired-templates annotation and the re-create's finalizer removed from
+// every entry's fields: the re-created object has neither, and an entry
+// owning a field that does not exist would make its manager look like it
+// still asks for it. Entries left with no field are dropped.
+func withoutReplacedFields(entries []metav1.ManagedFieldsEntry) ([]metav1.ManagedFieldsEntry, error) {
 	var out []metav1.ManagedFieldsEntry
 	for _, e := range entries {
 		e = *e.DeepCopy()
@@ -26,7 +27,9 @@ func withoutDesiredAnnotation(entries []metav1.ManagedFieldsEntry) ([]metav1.Man
 		if err := json.Unmarshal(e.FieldsV1.Raw, &fields); err != nil {
 			return nil, fmt.Errorf("managedFields entry of %q: %w", e.Manager, err)
 		}
-		if !removePath(fields, "f:metadata", "f:annotations", "f:"+desired.Annotation) {
+		removedAnnotation := removePath(fields, "f:metadata", "f:annotations", "f:"+desired.Annotation)
+		removedFinalizer := removePath(fields, "f:metadata", "f:finalizers", "v:"+strconv.Quote(Finalizer))
+		if !removedAnnotation && !removedFinalizer {
 			out = append(out, e)
 			continue
 		}
@@ -44,7 +47,8 @@ func withoutDesiredAnnotation(entries []metav1.ManagedFieldsEntry) ([]metav1.Man
 }
 
 // removePath deletes the last key of path from the nested maps and prunes
-// the maps it leaves empty; it reports whether the key was there.
+// the maps it leaves empty (or holding only ".", the marker of the map
+// itself); it reports whether the key was there.
 func removePath(m map[string]any, path ...string) bool {
 	if len(path) == 1 {
 		_, ok := m[path[0]]
@@ -55,7 +59,7 @@ func removePath(m map[string]any, path ...string) bool {
 	if !ok || !removePath(child, path[1:]...) {
 		return false
 	}
-	if len(child) == 0 {
+	if _, self := child["."]; len(child) == 0 || len(child) == 1 && self {
 		delete(m, path[0])
 	}
 	return true

@@ -1,18 +1,25 @@
 // Package recreate is the deciding half of statefulset-resizer's crash-safe
-// re-create: once the PVCs of a StatefulSet reached the sizes of its
-// desired-templates annotation, the StatefulSet is replaced by one whose
-// volume claim templates have those sizes (the apiserver refuses to change
-// them in place), so that the live object ends equal to what the user applied.
+// re-create: once the admission webhook has recorded a change of a
+// StatefulSet's volume claim templates (package desired), the StatefulSet is
+// replaced by one with those templates (the apiserver refuses to change them
+// in place), so that the live object says what the user applied while the
+// PVCs catch up.
 //
-// The steps (docs/design.md, statefulset-resizer's re-create):
-//  1. Store: the object to create is written to a record ConfigMap
-//     (RecordName, label RecordLabel) in the StatefulSet's namespace, with the
-//     old object's uid and resourceVersion.
+// The steps (docs/design.md §3.7 rule 8):
+//  1. Store: the finalizer Finalizer is added to the old object, and the
+//     object to create is written to a record ConfigMap (RecordName, label
+//     RecordLabel) in statefulset-resizer's own namespace, where users who
+//     can write ConfigMaps in theirs cannot forge one.
 //  2. Delete: the old object is deleted with orphan propagation (pods, PVCs
-//     and ControllerRevisions stay) and uid + resourceVersion preconditions.
-//  3. Create: the object is created from the record; the StatefulSet
+//     and ControllerRevisions stay) and uid + resourceVersion preconditions,
+//     after the record was checked against the latest object.
+//  3. Release: once the garbage collector has orphaned the dependents, the
+//     record is brought up to date with the terminating object (edits made
+//     to it meanwhile are kept) and Finalizer is removed with the
+//     resourceVersion as precondition: the object goes exactly as recorded.
+//  4. Create: the object is created from the record; the StatefulSet
 //     controller adopts the orphaned pods (same pod template, same revision).
-//  4. Finish: the old field ownership (managedFields) is put back and the
+//  5. Finish: the old field ownership (managedFields) is put back and the
 //     record deleted.
 //
 // Next decides the step from what exists (StatefulSet, record), nothing
@@ -25,6 +32,8 @@ package recreate
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -34,16 +43,19 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 )
 
 const (
-	// RecordPrefix + the StatefulSet's name is the name of its record
-	// ConfigMap, in the StatefulSet's namespace.
+	// RecordPrefix + "<namespace>.<name>" of the StatefulSet is the name of
+	// its record ConfigMap, in statefulset-resizer's own namespace (a
+	// namespace name has no dot, so the first dot ends it).
 	RecordPrefix = "statefulset-resizer-recreate-"
 	// RecordLabel is set to "true" on every record; the controller watches
-	// only ConfigMaps with it.
+	// only ConfigMaps with it, in its own namespace.
 	RecordLabel = "csi-resizer.io/recreate-record"
+	// Finalizer keeps the old StatefulSet while it is replaced: it goes only
+	// once the record holds the object's last version (step 3).
+	Finalizer = "csi-resizer.io/recreate"
 
 	keyStatefulSet     = "statefulset"
 	keyUID             = "uid"
@@ -52,29 +64,55 @@ const (
 
 // Record is a parsed record ConfigMap.
 type Record struct {
-	// OldUID and OldResourceVersion identify the object being replaced; they
-	// are the preconditions of its delete.
+	// OldUID and OldResourceVersion identify the version of the object being
+	// replaced that Object was built from; they are the preconditions of its
+	// delete and of the release of its finalizer.
 	OldUID             types.UID
 	OldResourceVersion string
 	// Object is the StatefulSet to create, with the old object's
 	// managedFields (put back after the create).
 	Object *appsv1.StatefulSet
-	// ConfigMapUID is the record's own uid, the precondition of its delete.
-	ConfigMapUID types.UID
+	// ConfigMapUID and ConfigMapResourceVersion are the record's own, the
+	// preconditions of its delete and update.
+	ConfigMapUID             types.UID
+	ConfigMapResourceVersion string
 }
 
-// RecordName is the name of the record of the named StatefulSet.
-func RecordName(statefulSet string) string { return RecordPrefix + statefulSet }
+// RecordName is the name of the record of the StatefulSet namespace/name.
+func RecordName(namespace, statefulSet string) string {
+	return RecordPrefix + namespace + "." + statefulSet
+}
 
-// Build returns the record for replacing live (read in full from the API,
-// not from a trimmed cache) by an object with the given volume claim
-// templates: live without its identity, status and desired-templates
-// annotation.
-func Build(live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim) (*corev1.ConfigMap, error) {
-	name := RecordName(live.Name)
+// Build returns the record, in recordNamespace, for replacing live (read in
+// full from the API, not from a trimmed cache) by an object with the given
+// volume claim templates: live without its identity, status, desired-templates
+// annotation and deletion finalizers (Finalizer included).
+func Build(live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim, recordNamespace string) (*corev1.ConfigMap, error) {
+	name := RecordName(live.Namespace, live.Name)
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return nil, fmt.Errorf("StatefulSet %s/%s: record name %q is not a valid ConfigMap name: %v", live.Namespace, live.Name, name, errs)
 	}
+	obj, err := objectToCreate(live, templates)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding StatefulSet %s/%s: %w", live.Namespace, live.Name, err)
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: recordNamespace, Name: name, Labels: map[string]string{RecordLabel: "true"}},
+		Data: map[string]string{
+			keyStatefulSet:     string(data),
+			keyUID:             string(live.UID),
+			keyResourceVersion: live.ResourceVersion,
+		},
+	}, nil
+}
+
+// objectToCreate is live as it is to be created: with templates, without
+// what the apiserver sets and what belongs to the old object's deletion.
+func objectToCreate(live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim) (*appsv1.StatefulSet, error) {
 	obj := live.DeepCopy()
 	obj.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"}
 	obj.Spec.VolumeClaimTemplates = make([]corev1.PersistentVolumeClaim, len(templates))
@@ -82,7 +120,7 @@ func Build(live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim) (
 		templates[i].DeepCopyInto(&obj.Spec.VolumeClaimTemplates[i])
 	}
 	delete(obj.Annotations, desired.Annotation)
-	managed, err := withoutDesiredAnnotation(obj.ManagedFields)
+	managed, err := withoutReplacedFields(obj.ManagedFields)
 	if err != nil {
 		return nil, fmt.Errorf("StatefulSet %s/%s: %w", live.Namespace, live.Name, err)
 	}
@@ -92,31 +130,46 @@ func Build(live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim) (
 	obj.DeletionTimestamp, obj.DeletionGracePeriodSeconds = nil, nil
 	obj.Finalizers = withoutDeletionFinalizers(obj.Finalizers)
 	obj.Status = appsv1.StatefulSetStatus{}
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encoding StatefulSet %s/%s: %w", live.Namespace, live.Name, err)
-	}
-	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: live.Namespace, Name: name, Labels: map[string]string{RecordLabel: "true"}},
-		Data: map[string]string{
-			keyStatefulSet:     string(data),
-			keyUID:             string(live.UID),
-			keyResourceVersion: live.ResourceVersion,
-		},
-	}, nil
+	return obj, nil
 }
 
-// withoutDeletionFinalizers drops the finalizers the apiserver adds for a
-// delete (the old object may be read while being deleted).
+// UpToDate reports whether rec holds what Build would record for live and
+// templates: the same object to create (managedFields compared by who owns
+// what, not by when), from the same version of the same object.
+func UpToDate(rec *Record, live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim) (bool, error) {
+	if rec.OldUID != live.UID || rec.OldResourceVersion != live.ResourceVersion {
+		return false, nil
+	}
+	obj, err := objectToCreate(live, templates)
+	if err != nil {
+		return false, err
+	}
+	return apiequality.Semantic.DeepEqual(timeless(obj), timeless(rec.Object)), nil
+}
+
+// timeless is obj with its managedFields' timestamps cleared.
+func timeless(obj *appsv1.StatefulSet) *appsv1.StatefulSet {
+	obj = obj.DeepCopy()
+	for i := range obj.ManagedFields {
+		obj.ManagedFields[i].Time = nil
+	}
+	return obj
+}
+
+// withoutDeletionFinalizers drops the finalizers that belong to the old
+// object's deletion: the apiserver's for a delete, and the re-create's own.
 func withoutDeletionFinalizers(fs []string) []string {
 	var out []string
 	for _, f := range fs {
-		if f != metav1.FinalizerOrphanDependents && f != metav1.FinalizerDeleteDependents {
+		if f != metav1.FinalizerOrphanDependents && f != metav1.FinalizerDeleteDependents && f != Finalizer {
 			out = append(out, f)
 		}
 	}
 	return out
 }
+
+// HasFinalizer reports whether sts carries the re-create's finalizer.
+func HasFinalizer(sts *appsv1.StatefulSet) bool { return slices.Contains(sts.Finalizers, Finalizer) }
 
 // Parse reads a record ConfigMap. The error names the ConfigMap and what is
 // wrong with it.
@@ -124,42 +177,45 @@ func Parse(cm *corev1.ConfigMap) (*Record, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("record ConfigMap %s/%s of statefulset-resizer's re-create: %s", cm.Namespace, cm.Name, fmt.Sprintf(format, args...))
 	}
-	name, ok := cutPrefix(cm.Name)
+	namespace, name, ok := cutPrefix(cm.Name)
 	if !ok {
-		return nil, bad("name does not start with %s", RecordPrefix)
+		return nil, bad("name is not %s<namespace>.<name>", RecordPrefix)
 	}
 	var obj appsv1.StatefulSet
 	if err := json.Unmarshal([]byte(cm.Data[keyStatefulSet]), &obj); err != nil {
 		return nil, bad("data %q is not a StatefulSet: %v", keyStatefulSet, err)
 	}
 	switch {
-	case obj.Name != name || obj.Namespace != cm.Namespace:
-		return nil, bad("holds StatefulSet %s/%s, want %s/%s", obj.Namespace, obj.Name, cm.Namespace, name)
+	case obj.Name != name || obj.Namespace != namespace:
+		return nil, bad("holds StatefulSet %s/%s, want %s/%s", obj.Namespace, obj.Name, namespace, name)
 	case cm.Data[keyUID] == "":
 		return nil, bad("data %q (the uid of the StatefulSet being replaced) is empty", keyUID)
 	}
 	return &Record{
-		OldUID:             types.UID(cm.Data[keyUID]),
-		OldResourceVersion: cm.Data[keyResourceVersion],
-		Object:             &obj,
-		ConfigMapUID:       cm.UID,
+		OldUID:                   types.UID(cm.Data[keyUID]),
+		OldResourceVersion:       cm.Data[keyResourceVersion],
+		Object:                   &obj,
+		ConfigMapUID:             cm.UID,
+		ConfigMapResourceVersion: cm.ResourceVersion,
 	}, nil
 }
 
-// StatefulSetName returns the name of the StatefulSet a record ConfigMap is
-// for; ok is false for a ConfigMap that is not a record.
-func StatefulSetName(cm *corev1.ConfigMap) (string, bool) {
+// StatefulSetOf returns the namespace and name of the StatefulSet a record
+// ConfigMap is for; ok is false for a ConfigMap that is not a record.
+func StatefulSetOf(cm *corev1.ConfigMap) (namespace, name string, ok bool) {
 	if cm.Labels[RecordLabel] != "true" {
-		return "", false
+		return "", "", false
 	}
 	return cutPrefix(cm.Name)
 }
 
-func cutPrefix(name string) (string, bool) {
-	if len(name) <= len(RecordPrefix) || name[:len(RecordPrefix)] != RecordPrefix {
-		return "", false
+func cutPrefix(recordName string) (namespace, name string, ok bool) {
+	rest, ok := strings.CutPrefix(recordName, RecordPrefix)
+	if !ok {
+		return "", "", false
 	}
-	return name[len(RecordPrefix):], true
+	namespace, name, ok = strings.Cut(rest, ".")
+	return namespace, name, ok && namespace != "" && name != ""
 }
 
 // Step is what to do next for one StatefulSet.
@@ -168,19 +224,27 @@ type Step string
 const (
 	// Nothing: no re-create wanted or under way.
 	Nothing Step = "Nothing"
-	// Store the record (step 1).
+	// Store: add Finalizer to the old object and write the record (step 1).
 	Store Step = "Store"
-	// Delete the old object with orphan propagation (step 2).
+	// Delete the old object with orphan propagation, once the record is
+	// checked against its latest version (step 2).
 	Delete Step = "Delete"
-	// WaitForDeletion: the old object is being deleted (the garbage
-	// collector orphans its dependents first); its removal brings the key
-	// back.
+	// WaitForDeletion: the old object is being deleted and the garbage
+	// collector has yet to orphan its dependents (its finalizer is there);
+	// its update brings the key back.
 	WaitForDeletion Step = "WaitForDeletion"
-	// Create the object from the record (step 3).
+	// Release: bring the record up to date with the terminating object and
+	// remove Finalizer, which removes the object (step 3).
+	Release Step = "Release"
+	// Create the object from the record (step 4).
 	Create Step = "Create"
 	// Finish: the new object exists; put back the field ownership if the
-	// create took it, and delete the record (steps 4 and 5).
+	// create took it, and delete the record (step 5).
 	Finish Step = "Finish"
+	// Abandon: the object carries Finalizer but no re-create is under way
+	// (stopped after the finalizer was added: the change was withdrawn, or
+	// someone else deleted the object): remove the finalizer.
+	Abandon Step = "Abandon"
 )
 
 // Input is what Next decides from.
@@ -189,53 +253,73 @@ type Input struct {
 	StatefulSet *appsv1.StatefulSet
 	// Record is its record, nil when there is none.
 	Record *Record
-	// Wanted: re-creating is enabled, the StatefulSet's desired templates
-	// differ from its own, and every replica of every template is ready at
-	// the desired sizes (see Wanted).
+	// Wanted: re-creating is enabled, the StatefulSet is opted in, its
+	// desired templates differ from its own, and nothing holds the re-create
+	// back (see Blocked).
 	Wanted bool
 }
 
-// Pending reports whether sts will be re-created once its replicas are ready:
-// re-creating is enabled and the templates to reconcile (templates, with the
-// desired sizes; nil when the StatefulSet has no usable desire) differ from
-// the StatefulSet's own. It goes into the status, so that `wait` lasts until
-// the re-created object is finished.
+// Pending reports whether sts is to be re-created: re-creating is enabled and
+// the templates to reconcile (templates, with the desired changes; nil when
+// the StatefulSet has no usable desire) differ from the StatefulSet's own. It
+// goes into the status, so that `wait` lasts until the re-created object is
+// finished.
 func Pending(enabled bool, sts *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim) bool {
 	return enabled && templates != nil && !apiequality.Semantic.DeepEqual(sts.Spec.VolumeClaimTemplates, templates)
 }
 
-// Wanted reports whether the re-create should start now: it is Pending and
-// the decision (made with those templates) has every replica of every
-// template Ready, which the plan says only of pods running at the update
-// revision with volumes at the desired sizes.
-func Wanted(pending bool, d *plan.Decision) bool {
-	if !pending || d == nil || d.Deferred != "" {
-		return false
+// Blocked says why a pending re-create of sts cannot start now ("" when it
+// can): the StatefulSet controller has not observed the current generation,
+// or a rollout is under way whose revision history a new object would lose.
+// A new object starts with no status, so the StatefulSet controller takes its
+// update revision as its current one: harmless for a RollingUpdate without a
+// partition, which brings every pod to the update revision anyway, but a
+// partitioned or OnDelete rollout would then re-create the pods below the
+// partition (or any deleted pod) at the update revision.
+func Blocked(sts *appsv1.StatefulSet) string {
+	switch {
+	case sts.Status.ObservedGeneration < sts.Generation:
+		return fmt.Sprintf("the StatefulSet controller has not observed generation %d yet", sts.Generation)
+	case sts.Status.CurrentRevision == sts.Status.UpdateRevision:
+		return ""
+	case sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType:
+		return fmt.Sprintf("an OnDelete rollout from revision %s to %s is under way; the re-create waits until every pod is at the update revision", sts.Status.CurrentRevision, sts.Status.UpdateRevision)
+	case partition(sts) > 0:
+		return fmt.Sprintf("a rollout with partition %d from revision %s to %s is under way; the re-create waits until it is complete", partition(sts), sts.Status.CurrentRevision, sts.Status.UpdateRevision)
 	}
-	for i := range d.Templates {
-		if d.Templates[i].Count().Ready != d.DesiredReplicas {
-			return false
-		}
+	return ""
+}
+
+func partition(sts *appsv1.StatefulSet) int32 {
+	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		return *ru.Partition
 	}
-	return true
+	return 0
 }
 
 // Next is the step to take. Once a record exists, the job is finished
-// whatever else changes: a record is only written when the job is wanted,
-// and a delete whose preconditions fail drops it (the doing's part).
+// whatever else changes, except while the old object is not yet deleted: the
+// Delete step checks the record against it and drops the record when the
+// change was withdrawn.
 func Next(in Input) Step {
 	sts, rec := in.StatefulSet, in.Record
 	switch {
-	case rec == nil && sts != nil && sts.DeletionTimestamp == nil && in.Wanted:
+	case rec == nil && sts == nil:
+		return Nothing
+	case rec == nil && sts.DeletionTimestamp == nil && in.Wanted:
 		return Store
+	case rec == nil && HasFinalizer(sts):
+		return Abandon
 	case rec == nil:
 		return Nothing
 	case sts == nil:
 		return Create
 	case sts.UID != rec.OldUID:
 		return Finish
-	case sts.DeletionTimestamp != nil:
-		return WaitForDeletion
+	case sts.DeletionTimestamp == nil:
+		return Delete
+	case HasFinalizer(sts) && len(sts.Finalizers) == 1:
+		return Release
 	}
-	return Delete
+	return WaitForDeletion
 }

@@ -14,25 +14,26 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
-	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
-func sts(uid string, deleting bool) *appsv1.StatefulSet {
-	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: k8stypes.UID("uid-" + uid)}}
+func sts(uid string, deleting bool, finalizers ...string) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: k8stypes.UID("uid-" + uid), ResourceVersion: "7"}}
 	if deleting {
 		s.DeletionTimestamp = &metav1.Time{}
-		s.Finalizers = []string{metav1.FinalizerOrphanDependents}
 	}
+	s.Finalizers = finalizers
 	return s
 }
 
 // Every combination of what a restart can find, and the step it must take.
 // "Never two objects": the old object is deleted only while the record holds
 // its replacement, and a new object (another uid) is never deleted. "Never
-// none": a record without a StatefulSet is always created.
+// none": a record without a StatefulSet is always created. "Nothing lost":
+// the old object goes only through Release, which records its last version.
 func TestNext(t *testing.T) {
 	rec := &Record{OldUID: "uid-old", OldResourceVersion: "7"}
+	orphan := metav1.FinalizerOrphanDependents
 	cases := []struct {
 		name   string
 		sts    *appsv1.StatefulSet
@@ -43,11 +44,17 @@ func TestNext(t *testing.T) {
 		{"nothing exists", nil, nil, true, Nothing},
 		{"not wanted", sts("old", false), nil, false, Nothing},
 		{"wanted: store the record first", sts("old", false), nil, true, Store},
-		{"wanted but being deleted by someone", sts("old", true), nil, true, Nothing},
-		{"record, old object: killed before the delete", sts("old", false), rec, false, Delete},
-		{"record, old object, wanted or not", sts("old", false), rec, true, Delete},
-		{"record, old object terminating: the garbage collector orphans", sts("old", true), rec, false, WaitForDeletion},
-		{"record, no object: killed between delete and create", nil, rec, false, Create},
+		{"wanted, finalizer added before a restart: store", sts("old", false, Finalizer), nil, true, Store},
+		{"finalizer but no longer wanted: abandon", sts("old", false, Finalizer), nil, false, Abandon},
+		{"being deleted by someone, not ours", sts("old", true, orphan), nil, true, Nothing},
+		{"deleted by someone after our finalizer, before a record: abandon", sts("old", true, Finalizer), nil, true, Abandon},
+		{"record, old object: killed before the delete", sts("old", false, Finalizer), rec, false, Delete},
+		{"record, old object without our finalizer: Delete checks it", sts("old", false), rec, true, Delete},
+		{"record, old object terminating: the garbage collector orphans", sts("old", true, Finalizer, orphan), rec, false, WaitForDeletion},
+		{"record, old object terminating, dependents orphaned: release", sts("old", true, Finalizer), rec, false, Release},
+		{"record, terminating, someone else's finalizer left: wait", sts("old", true, Finalizer, "example.com/keep"), rec, false, WaitForDeletion},
+		{"record, terminating, our finalizer removed by a person: wait", sts("old", true, orphan), rec, false, WaitForDeletion},
+		{"record, no object: killed between release and create", nil, rec, false, Create},
 		{"record, new object: killed before the record was deleted", sts("new", false), rec, false, Finish},
 		{"record, new object still wanting: finish first", sts("new", false), rec, true, Finish},
 		{"record, new object being deleted by someone: not ours to re-create", sts("new", true), rec, false, Finish},
@@ -77,14 +84,14 @@ func liveObject() *appsv1.StatefulSet {
 				status.Annotation:  `{"observedGeneration":3}`,
 				"kubectl.kubernetes.io/last-applied-configuration": "{}",
 			},
-			Finalizers: []string{"example.com/keep", metav1.FinalizerOrphanDependents},
+			Finalizers: []string{"example.com/keep", metav1.FinalizerOrphanDependents, Finalizer},
 			ManagedFields: []metav1.ManagedFieldsEntry{
 				{Manager: "helm", Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1",
 					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:app":{}}},"f:spec":{"f:replicas":{},"f:volumeClaimTemplates":{}}}`)}},
 				{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1",
 					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{"f:` + desired.Annotation + `":{}}}}`)}},
 				{Manager: "statefulset-resizer", Operation: metav1.ManagedFieldsOperationUpdate, FieldsType: "FieldsV1",
-					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:` + desired.Annotation + `":{},"f:` + status.Annotation + `":{}}}}`)}},
+					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:` + desired.Annotation + `":{},"f:` + status.Annotation + `":{}},"f:finalizers":{".":{},"v:\"` + Finalizer + `\"":{}}}}`)}},
 			},
 		},
 		Spec: appsv1.StatefulSetSpec{
@@ -103,18 +110,18 @@ func liveObject() *appsv1.StatefulSet {
 func TestBuildParse(t *testing.T) {
 	live := liveObject()
 	before := live.DeepCopy()
-	cm, err := Build(live, []corev1.PersistentVolumeClaim{template("data", "2Gi")})
+	cm, err := Build(live, []corev1.PersistentVolumeClaim{template("data", "2Gi")}, "ssr-system")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !apiequality.Semantic.DeepEqual(live, before) {
 		t.Fatal("Build changed its input")
 	}
-	if cm.Name != "statefulset-resizer-recreate-web" || cm.Namespace != "ns" || cm.Labels[RecordLabel] != "true" || len(cm.OwnerReferences) != 0 {
+	if cm.Name != "statefulset-resizer-recreate-ns.web" || cm.Namespace != "ssr-system" || cm.Labels[RecordLabel] != "true" || len(cm.OwnerReferences) != 0 {
 		t.Fatalf("record metadata %+v", cm.ObjectMeta)
 	}
-	if name, ok := StatefulSetName(cm); !ok || name != "web" {
-		t.Fatalf("StatefulSetName = %q, %v", name, ok)
+	if namespace, name, ok := StatefulSetOf(cm); !ok || namespace != "ns" || name != "web" {
+		t.Fatalf("StatefulSetOf = %q, %q, %v", namespace, name, ok)
 	}
 	cm.UID = "cm-uid"
 	rec, err := Parse(cm)
@@ -158,7 +165,7 @@ func TestBuildParse(t *testing.T) {
 }
 
 func TestParseRejects(t *testing.T) {
-	good, err := Build(liveObject(), []corev1.PersistentVolumeClaim{template("data", "2Gi")})
+	good, err := Build(liveObject(), []corev1.PersistentVolumeClaim{template("data", "2Gi")}, "ssr-system")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,6 +174,8 @@ func TestParseRejects(t *testing.T) {
 	otherData, _ := json.Marshal(other)
 	for name, mutate := range map[string]func(cm *corev1.ConfigMap){
 		"not a record name": func(cm *corev1.ConfigMap) { cm.Name = "web" },
+		"no namespace part": func(cm *corev1.ConfigMap) { cm.Name = RecordPrefix + "web" },
+		"another namespace": func(cm *corev1.ConfigMap) { cm.Name = RecordName("other", "web") },
 		"garbage":           func(cm *corev1.ConfigMap) { cm.Data["statefulset"] = "{" },
 		"another object":    func(cm *corev1.ConfigMap) { cm.Data["statefulset"] = string(otherData) },
 		"no old uid":        func(cm *corev1.ConfigMap) { delete(cm.Data, "uid") },
@@ -174,14 +183,14 @@ func TestParseRejects(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cm := good.DeepCopy()
 			mutate(cm)
-			if _, err := Parse(cm); err == nil || !strings.Contains(err.Error(), "record ConfigMap ns/"+cm.Name) {
+			if _, err := Parse(cm); err == nil || !strings.Contains(err.Error(), "record ConfigMap ssr-system/"+cm.Name) {
 				t.Fatalf("Parse error %v, want one naming the ConfigMap", err)
 			}
 		})
 	}
 	long := liveObject()
-	long.Name = strings.Repeat("x", 240)
-	if _, err := Build(long, nil); err == nil || !strings.Contains(err.Error(), "not a valid ConfigMap name") {
+	long.Name = strings.Repeat("x", 230)
+	if _, err := Build(long, nil, "ssr-system"); err == nil || !strings.Contains(err.Error(), "not a valid ConfigMap name") {
 		t.Fatalf("Build of a too long name: %v", err)
 	}
 }
@@ -209,23 +218,7 @@ func TestNeedsOwnershipRestore(t *testing.T) {
 	}
 }
 
-func decision(ready ...int32) *plan.Decision {
-	d := &plan.Decision{DesiredReplicas: 2}
-	for _, n := range ready {
-		td := plan.TemplateDecision{}
-		for i := int32(0); i < 2; i++ {
-			state := plan.Pending
-			if i < n {
-				state = plan.Ready
-			}
-			td.Replicas = append(td.Replicas, plan.ReplicaDecision{State: state})
-		}
-		d.Templates = append(d.Templates, td)
-	}
-	return d
-}
-
-func TestPendingAndWanted(t *testing.T) {
+func TestPending(t *testing.T) {
 	live := liveObject()
 	bigger := []corev1.PersistentVolumeClaim{template("data", "2Gi")}
 	same := []corev1.PersistentVolumeClaim{template("data", "1Gi")}
@@ -244,21 +237,75 @@ func TestPendingAndWanted(t *testing.T) {
 			t.Errorf("Pending %s: %v, want %v", c.name, got, c.want)
 		}
 	}
-	deferred := decision(2)
-	deferred.Deferred = plan.DeferredNotObserved
+}
+
+// A re-create waits only where a new object would lose something: a
+// generation the StatefulSet controller has not seen, or the current
+// revision of a partitioned or OnDelete rollout.
+func TestBlocked(t *testing.T) {
+	rolling := func(partition *int32) appsv1.StatefulSetUpdateStrategy {
+		return appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: partition}}
+	}
 	for _, c := range []struct {
-		name    string
-		pending bool
-		d       *plan.Decision
-		want    bool
+		name       string
+		generation int64
+		current    string
+		strategy   appsv1.StatefulSetUpdateStrategy
+		want       string // part of the answer, "" for none
 	}{
-		{"all ready", true, decision(2, 2), true},
-		{"one template not ready", true, decision(2, 1), false},
-		{"not pending", false, decision(2, 2), false},
-		{"deferred", true, deferred, false},
+		{"rollout complete", 3, "r2", rolling(nil), ""},
+		{"generation not observed", 4, "r2", rolling(nil), "not observed generation 4"},
+		{"rolling update without partition", 3, "r1", rolling(nil), ""},
+		{"rolling update, partition 0", 3, "r1", rolling(ptr.To[int32](0)), ""},
+		{"rolling update with a partition", 3, "r1", rolling(ptr.To[int32](2)), "partition 2"},
+		{"OnDelete rollout", 3, "r1", appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}, "OnDelete"},
+		{"OnDelete, nothing to roll", 3, "r2", appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}, ""},
 	} {
-		if got := Wanted(c.pending, c.d); got != c.want {
-			t.Errorf("Wanted %s: %v, want %v", c.name, got, c.want)
+		s := liveObject()
+		s.Generation = c.generation
+		s.Spec.UpdateStrategy = c.strategy
+		s.Status.CurrentRevision, s.Status.UpdateRevision = c.current, "r2"
+		got := Blocked(s)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("Blocked %s = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// UpToDate: a record is current for the version it was built from, and for
+// nothing else; the managedFields' timestamps do not count.
+func TestUpToDate(t *testing.T) {
+	live := liveObject()
+	templates := []corev1.PersistentVolumeClaim{template("data", "2Gi")}
+	cm, err := Build(live, templates, "ssr-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := Parse(cm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := live.DeepCopy()
+	now := metav1.Now()
+	later.ManagedFields[0].Time = &now
+	edited := live.DeepCopy()
+	edited.Spec.Template.Annotations = map[string]string{"restartedAt": "now"}
+	edited.ResourceVersion = "43"
+	for _, c := range []struct {
+		name      string
+		live      *appsv1.StatefulSet
+		templates []corev1.PersistentVolumeClaim
+		want      bool
+	}{
+		{"same version", live, templates, true},
+		{"only a managedFields time differs", later, templates, true},
+		{"edited since", edited, templates, false},
+		{"other templates", live, []corev1.PersistentVolumeClaim{template("data", "3Gi")}, false},
+	} {
+		got, err := UpToDate(rec, c.live, c.templates)
+		if err != nil || got != c.want {
+			t.Errorf("UpToDate %s = %v, %v; want %v", c.name, got, err, c.want)
 		}
 	}
 }
