@@ -51,8 +51,8 @@ check() {
   echo "helm-check: $name: [$got]"
 }
 
-check "default values" "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 MutatingWebhookConfiguration=1 Role=2 RoleBinding=2 Service=2 ServiceAccount=1"
-check "webhook.enabled=false" "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=1 RoleBinding=1 Service=1 ServiceAccount=1" --set webhook.enabled=false
+check "default values" "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=1"
+check "webhook.enabled=false" "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=2 RoleBinding=2 Service=1 ServiceAccount=1" --set webhook.enabled=false
 
 echo "helm-check: go test ./deploy/helm/"
 if ! (cd "$root" && HELM="$helm" go test -count=1 ./deploy/helm/); then

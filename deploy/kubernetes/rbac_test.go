@@ -66,12 +66,19 @@ var expectedRoles = []struct {
 		why: "statefulset-resizer (statefulset-resizer/clusterrole.yaml)",
 		grants: map[grant][]string{
 			{"apps", "statefulsets"}:             {"get", "list", "watch", "patch", "delete", "create"},
-			{"", "configmaps"}:                   {"get", "list", "watch", "create", "update", "delete"},
+			{"", "namespaces"}:                   {"list", "watch"},
 			{"", "persistentvolumeclaims"}:       {"get", "list", "watch", "patch"},
 			{"", "pods"}:                         {"get", "list", "watch"},
 			{"storage.k8s.io", "storageclasses"}: {"get", "list", "watch"},
 			{"", "events"}:                       {"create", "patch"},
 			{"admissionregistration.k8s.io", "mutatingwebhookconfigurations"}: {"get", "patch"},
+		},
+	},
+	{
+		kind: "Role", name: "statefulset-resizer-recreate-records",
+		why: "statefulset-resizer's re-create records, in its own namespace only (no cluster-wide ConfigMap right)",
+		grants: map[grant][]string{
+			{"", "configmaps"}: {"get", "list", "watch", "create", "update", "delete"},
 		},
 	},
 	{
