@@ -109,8 +109,9 @@ type options struct {
 	httpEndpoint string
 	metricsPath  string
 
-	webhook  webhookOptions
-	recreate bool
+	webhook         webhookOptions
+	recreate        bool
+	recordNamespace string
 }
 
 func addFlags(fs *flag.FlagSet) *options {
@@ -130,7 +131,8 @@ func addFlags(fs *flag.FlagSet) *options {
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
 	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
 	addWebhookFlags(fs, &o.webhook)
-	fs.BoolVar(&o.recreate, "recreate", true, "Once the PVCs of a StatefulSet reached the sizes of its csi-resizer.io/desired-volume-claim-templates annotation, replace the StatefulSet by one with those volume claim templates (crash-safe orphan delete and create; pods are kept). false: resize the PVCs and keep the annotation. Re-creates already under way are finished either way.")
+	fs.BoolVar(&o.recreate, "recreate", true, "Once the webhook recorded a volume claim template change of an opted-in StatefulSet (annotation csi-resizer.io/desired-volume-claim-templates), replace the StatefulSet by one with those templates right away (crash-safe orphan delete and create; pods and PVCs are kept). false: reconcile the PVCs with the annotation and keep the StatefulSet as it is (needs the webhook off). Re-creates already under way are finished either way.")
+	fs.StringVar(&o.recordNamespace, "recreate-record-namespace", "", "Namespace of the re-create records (ConfigMaps): statefulset-resizer's own, where users cannot write. Defaults to the pod's namespace (POD_NAMESPACE, or the service account's); required out of a cluster.")
 	return o
 }
 
@@ -150,6 +152,12 @@ func (o *options) validate() error {
 	if err := o.webhook.validate(); err != nil {
 		return err
 	}
+	if !o.recreate && o.webhook.port != 0 {
+		// The webhook's changes are made by re-creating the StatefulSet: without
+		// it, a recorded change would stay an annotation that later updates of
+		// the object cannot see (docs/design.md §3.7 rule 8).
+		return fmt.Errorf("--recreate=false cannot be combined with --webhook-port: the changes the webhook accepts are applied by re-creating the StatefulSet")
+	}
 	if o.leaderElection {
 		// client-go's leader election panics on these; say it in one line.
 		switch {
@@ -160,6 +168,12 @@ func (o *options) validate() error {
 		case o.leaseDuration <= o.renewDeadline:
 			return fmt.Errorf("--leader-election-lease-duration (%s) must be greater than --leader-election-renew-deadline (%s)", o.leaseDuration, o.renewDeadline)
 		}
+	}
+	if o.recordNamespace == "" {
+		o.recordNamespace = podNamespace()
+	}
+	if o.recordNamespace == "" {
+		return fmt.Errorf("the namespace of the re-create records is unknown out of a cluster: set --recreate-record-namespace (or POD_NAMESPACE) to statefulset-resizer's own namespace")
 	}
 	return nil
 }
@@ -226,7 +240,7 @@ func run(ctx context.Context, o *options) error {
 	if err := m.Register(legacyregistry.Register); err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	ctrl, err := controller.New(ctx, client, factory, recorder, clock.RealClock{}, controller.Options{Metrics: m, Recreate: o.recreate})
+	ctrl, err := controller.New(ctx, client, factory, recorder, clock.RealClock{}, controller.Options{Metrics: m, Recreate: o.recreate, RecordNamespace: o.recordNamespace})
 	if err != nil {
 		return err
 	}

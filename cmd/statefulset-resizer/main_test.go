@@ -53,8 +53,12 @@ func TestFlagDefaults(t *testing.T) {
 	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
 		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
 	}
-	if err := o.validate(); err != nil {
-		t.Errorf("defaults do not validate: %v", err)
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--recreate-record-namespace") {
+		t.Errorf("defaults out of a cluster: %v, want the records' namespace asked for", err)
+	}
+	t.Setenv("POD_NAMESPACE", "ssr-system")
+	if err := o.validate(); err != nil || o.recordNamespace != "ssr-system" {
+		t.Errorf("defaults in a pod do not validate: %v (records' namespace %q)", err, o.recordNamespace)
 	}
 	if err := fs.Parse([]string{"--webhook-host", "127.0.0.1,a.example", "--webhook-host", "::1"}); err != nil || o.webhook.hosts.String() != "127.0.0.1,a.example,::1" {
 		t.Errorf("hosts: %v %v", o.webhook.hosts, err)
@@ -89,6 +93,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--webhook-port", "9443", "--webhook-service-name", ""}, 2, "--webhook-service-name must not be empty"},
 		{[]string{"--webhook-port", "9443", "--webhook-certificate-check-interval", "0s"}, 2, "--webhook-certificate-check-interval must be positive"},
 		{[]string{"--webhook-host", "a b"}, 2, `malformed host "a b"`},
+		{[]string{"--webhook-port", "9443", "--recreate=false"}, 2, "--recreate=false cannot be combined with --webhook-port"},
 		{[]string{"run"}, 2, `unexpected argument "run"`},
 		{[]string{"wait"}, 3, "missing NAMESPACE/NAME"},
 		{[]string{"wait", "--timeout", "1m"}, 3, "missing NAMESPACE/NAME"},
@@ -100,6 +105,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"wait", "a/b", "--timeout", "soon"}, 3, "invalid value"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Setenv("POD_NAMESPACE", "ssr-system")
 			code, out, errOut := runMain(tc.args...)
 			if code != tc.code || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 || out != "" {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d and one line containing %q", code, out, errOut, tc.code, tc.want)

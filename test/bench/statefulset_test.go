@@ -131,7 +131,7 @@ func runStatefulSet(b *testing.B) {
 
 	addr := fmt.Sprintf("127.0.0.1:%d", framework.FreePort(b))
 	ssr := framework.NewProcess(b, "statefulset-resizer", framework.BuildStatefulSetResizer(b),
-		"--kubeconfig="+e.Cluster.Kubeconfig, "--http-endpoint="+addr, resizerLogLevel)
+		"--kubeconfig="+e.Cluster.Kubeconfig, "--http-endpoint="+addr, "--recreate-record-namespace=default", resizerLogLevel)
 	ssr.HTTPAddr = addr
 	ssr.Start(b)
 	ssr.WaitHTTP(b, "/metrics", 2*time.Minute)

@@ -158,12 +158,15 @@ func (d *demo) step6GitOps() {
 	}
 	d.diff()
 	say("")
-	say("statefulset-resizer grew both PVCs (csi-resizer expanded the volumes), then re-created the")
-	say("StatefulSet with the %s template: it stored the new object in the ConfigMap", gitBigger)
-	say("%s, deleted the old one with orphan propagation and uid +", recreate.RecordName(stsName))
-	say("resourceVersion preconditions, created the new one and removed the record. The StatefulSet")
-	say("controller adopted the pods: same uids, no restart. The live object now equals Git, so")
-	say("`kubectl diff`, `helm diff` and Argo CD see no drift.")
+	say("statefulset-resizer re-created the StatefulSet with the %s template at once: it stored", gitBigger)
+	say("the new object in the ConfigMap %s/%s,", e.Namespace, recreate.RecordName(e.Namespace, stsName))
+	say("deleted the old one with orphan propagation and uid + resourceVersion preconditions (its")
+	say("finalizer %s kept it until the record held its last version),", recreate.Finalizer)
+	say("created the new one and removed the record. The StatefulSet controller adopted the pods:")
+	say("same uids, no restart. Then it grew both PVCs to the live template (csi-resizer expanded")
+	say("the volumes), and `wait` returned. The live object equals Git from the re-create on, so")
+	say("`kubectl diff`, `helm diff` and Argo CD see no drift, and a later update cannot be taken")
+	say("for a revert of the change.")
 }
 
 func (d *demo) writeManifest(text string) {
@@ -215,7 +218,7 @@ func (d *demo) waitRecreated(oldUID types.UID) *appsv1.StatefulSet {
 		}
 		got = s
 		_, annotated := s.Annotations[desired.Annotation]
-		_, err = d.e.Client.CoreV1().ConfigMaps(d.e.Namespace).Get(d.e.Ctx, recreate.RecordName(stsName), metav1.GetOptions{})
+		_, err = d.e.Client.CoreV1().ConfigMaps(d.e.Namespace).Get(d.e.Ctx, recreate.RecordName(d.e.Namespace, stsName), metav1.GetOptions{})
 		if s.UID == oldUID || templateSize(s) != gitBigger || annotated || !apierrors.IsNotFound(err) {
 			return false, fmt.Sprintf("uid %s (old %s), template %s, desired annotation %v, record: %v", s.UID, oldUID, templateSize(s), annotated, err)
 		}

@@ -133,10 +133,11 @@ func TestGitOpsApply(t *testing.T) {
 	}
 }
 
-// A size the driver refuses: the apply succeeds (the webhook records it), `wait` exits 1 with
-// the driver's message, and nothing is re-created. Lowering the size in Git to one the driver
-// gives recovers: the PVC goes down to it and grows, the StatefulSet is re-created, the pods
-// are adopted, `wait` exits 0 and the live object equals the manifest.
+// A size the driver refuses: the apply succeeds (the webhook records it), the StatefulSet is
+// re-created with it (the live object says what Git says), and `wait` exits 1 with the driver's
+// message. Lowering the size in Git to one the driver gives recovers: the StatefulSet is
+// re-created with it, the PVC goes down to it and grows, the pods are adopted, `wait` exits 0
+// and the live object equals the manifest.
 func TestGitOpsInfeasible(t *testing.T) {
 	g := startGitOpsEnv(t)
 	sts := g.gitManifest("web", 1, appsv1.OrderedReadyPodManagement, "1Gi")
@@ -150,12 +151,13 @@ func TestGitOpsInfeasible(t *testing.T) {
 
 	scenario.WithSize("100Gi")(sts)
 	g.apply(t, sts)
-	g.infeasibleNotRecreated(t, "web", claim, driverMessage, old.UID)
+	infeasible := g.infeasibleRecreated(t, "web", claim, driverMessage, old.UID, "100Gi")
+	g.equalsManifest(t, sts)
 
 	scenario.WithSize("2Gi")(sts)
 	g.apply(t, sts)
 	g.waitDone(t, claim, "2Gi")
-	recreated := g.waitRecreated(t, "web", old.UID, "2Gi")
+	recreated := g.waitRecreated(t, "web", infeasible.UID, "2Gi")
 	if r := g.wait(t, "web"); r.Code != 0 {
 		t.Errorf("wait after the size was lowered in Git: %s; want exit 0", r)
 	}

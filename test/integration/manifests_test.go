@@ -218,9 +218,18 @@ func TestManifestsRBACEffective(t *testing.T) {
 		{controller, "app", "update", "statefulsets.apps", "", false},
 		{controller, "app", "delete", "statefulsets.apps", "", true}, // the re-create (--recreate)
 		{controller, "app", "create", "statefulsets.apps", "", true},
-		{controller, "app", "watch", "configmaps", "", true}, // the re-create's record
-		{controller, "app", "create", "configmaps", "", true},
-		{controller, "app", "delete", "configmaps", "", true},
+		// the re-create's records: in statefulset-resizer's own namespace only, so that
+		// someone who may create ConfigMaps in "app" cannot forge one
+		{controller, "csi-resizer-system", "watch", "configmaps", "", true},
+		{controller, "csi-resizer-system", "create", "configmaps", "", true},
+		{controller, "csi-resizer-system", "update", "configmaps", "", true},
+		{controller, "csi-resizer-system", "delete", "configmaps", "", true},
+		{controller, "app", "watch", "configmaps", "", false},
+		{controller, "app", "get", "configmaps", "", false},
+		{controller, "app", "create", "configmaps", "", false},
+		{controller, "", "list", "configmaps", "", false},
+		{controller, "", "watch", "namespaces", "", true}, // the namespace opt-in
+		{controller, "", "update", "namespaces", "", false},
 		{controller, "app", "patch", "persistentvolumeclaims", "", true},
 		{controller, "app", "patch", "persistentvolumeclaims", "status", false},
 		{controller, "app", "delete", "persistentvolumeclaims", "", false},

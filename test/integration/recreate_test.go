@@ -5,6 +5,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,14 +43,16 @@ func desire(t *testing.T, size string) string {
 	return v
 }
 
-// setDesire sets (or, for "", removes) the annotation, plus any extra merge-patch fields of spec.
+// setDesire sets (or, for "", removes) the annotation, with the opt-in label (a desire is acted on
+// only for opted-in StatefulSets), plus any extra merge-patch fields of spec.
 func (s *stsEnv) setDesire(t *testing.T, name, value string, spec map[string]any) {
 	t.Helper()
 	var v any
 	if value != "" {
 		v = value
 	}
-	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{desired.Annotation: v}}}
+	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{desired.Annotation: v},
+		"labels": map[string]any{desired.OptInLabel: desired.OptInValue}}}
 	if spec != nil {
 		patch["spec"] = spec
 	}
@@ -88,27 +91,23 @@ func (s *stsEnv) createWithSpareBy(t *testing.T, sts *appsv1.StatefulSet, spare 
 	return ids
 }
 
-// infeasibleNotRecreated checks a desire the driver refuses: `wait` exits 1 naming claim and the
-// driver's message, and for a few seconds the StatefulSet is not re-created (same uid as old,
-// the desired annotation kept, no re-create record).
-func (s *stsEnv) infeasibleNotRecreated(t *testing.T, name, claim, message string, old types.UID) {
+// infeasibleRecreated checks a desire the driver refuses: the StatefulSet was re-created with it
+// all the same (the live object says what the user applied), and `wait` exits 1 naming claim
+// and the driver's message. It returns the re-created object.
+func (s *stsEnv) infeasibleRecreated(t *testing.T, name, claim, message string, old types.UID, size string) *appsv1.StatefulSet {
 	t.Helper()
+	recreated := s.waitRecreated(t, name, old, size)
 	r := s.wait(t, name)
 	if r.Code != 1 || !strings.Contains(r.Stderr, message) || !strings.Contains(r.Stderr, claim) {
 		t.Fatalf("wait: %s; want exit 1 naming %s and the driver's message", r, claim)
 	}
-	framework.Consistently(t, 3*time.Second, func() (bool, string) {
-		cur, _ := s.StatefulSet(t, name)
-		_, annotated := cur.Annotations[desired.Annotation]
-		return cur.UID == old && annotated && s.recordOf(t, name) == nil,
-			fmt.Sprintf("uid %s (was %s), desired annotation %v, record %v: want no re-create", cur.UID, old, annotated, s.recordOf(t, name) != nil)
-	})
+	return recreated
 }
 
 // recordOf returns the re-create record of the StatefulSet, nil when there is none.
 func (s *stsEnv) recordOf(t *testing.T, name string) *v1.ConfigMap {
 	t.Helper()
-	cm, err := s.Client.CoreV1().ConfigMaps(s.Namespace).Get(s.Ctx, recreate.RecordName(name), metav1.GetOptions{})
+	cm, err := s.Client.CoreV1().ConfigMaps(s.Namespace).Get(s.Ctx, recreate.RecordName(s.Namespace, name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -180,11 +179,10 @@ func (s *stsEnv) checkAdopted(t *testing.T, name string, before map[string]podId
 
 // The whole flow with the controller undisturbed. A 2-replica OrderedReady StatefulSet gets a
 // desire of 2Gi and a scale-up to 3 in one update (a Helm upgrade raising both): `wait`, started
-// right after, does not pass on the old status; the PVCs grow to 2Gi, including the third
-// replica's, made by the StatefulSet controller from the 1Gi template meanwhile; then the
-// StatefulSet is re-created with a 2Gi template and without the annotation, the pods are
-// adopted (same uids and revision, owned by the new uid), the record is gone, Recreating and
-// Recreated are told, and `wait` exits 0 only after all that.
+// right after, does not pass on the old status; the StatefulSet is re-created with a 2Gi
+// template and without the annotation, the pods are adopted (same uids and revision, owned by
+// the new uid), the record is gone, Recreating and Recreated are told; the PVCs grow to 2Gi,
+// including the third replica's; and `wait` exits 0 only after all that.
 func TestRecreateWithDesiredTemplates(t *testing.T) {
 	s := startSTSEnv(t)
 	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
@@ -214,7 +212,7 @@ func TestRecreateWithDesiredTemplates(t *testing.T) {
 		t.Fatalf("wait: %s; want exit 0, finished for generation 1 (the re-created object)", r)
 	}
 	s.checkAdopted(t, "web", before, recreated.UID)
-	s.WaitStatefulSetEvent(t, "web", controller.EventRecreating, stsTimeout, recreate.RecordName("web"))
+	s.WaitStatefulSetEvent(t, "web", controller.EventRecreating, stsTimeout, recreate.RecordName(s.Namespace, "web"))
 	s.WaitStatefulSetEvent(t, "web", controller.EventRecreated, stsTimeout, string(old.UID))
 	_, ts := s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
 	if ts.ReadyReplicas != 3 {
@@ -356,7 +354,7 @@ func (s *stsEnv) storeRecord(t *testing.T, old *appsv1.StatefulSet, size string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm, err := recreate.Build(old, templates)
+	cm, err := recreate.Build(old, templates, s.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,11 +378,11 @@ func (s *stsEnv) orphanDelete(t *testing.T, sts *appsv1.StatefulSet) {
 
 // A real SIGKILL in the middle of a re-create. kube-controller-manager is frozen, so the garbage
 // collector does not finish the orphan delete: statefulset-resizer stores the record, deletes
-// the old object (which stays, terminating, with the orphan finalizer) and cannot create the
-// new one yet. It is killed there; once the garbage collector has removed the old object, no
-// StatefulSet exists, and none appears while statefulset-resizer is down (nothing else knows
-// the record). Started again, it creates the object from the record and finishes; the pods
-// are adopted.
+// the old object (which stays, terminating, with the orphan finalizer and the re-create's own)
+// and cannot create the new one yet. It is killed there. Once the garbage collector has orphaned
+// the pods, the old object still stays, held by the re-create's finalizer, and no StatefulSet
+// appears while statefulset-resizer is down. Started again, it releases the old object, creates
+// the new one from the record and finishes; the pods are adopted.
 func TestRecreateSurvivesSIGKILL(t *testing.T) {
 	s := startSTSEnv(t)
 	ssr := s.StartStatefulSetResizer(t, s.ssrKubeconfig)
@@ -404,14 +402,7 @@ func TestRecreateSurvivesSIGKILL(t *testing.T) {
 
 	s.setDesire(t, "k", desire(t, "2Gi"), nil)
 	sets := s.Client.AppsV1().StatefulSets(s.Namespace)
-	framework.Eventually(t, stsTimeout, func() (bool, string) {
-		cur, err := sets.Get(s.Ctx, "k", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return cur.UID == old.UID && cur.DeletionTimestamp != nil && s.recordOf(t, "k") != nil,
-			fmt.Sprintf("want the old object terminating and the record stored; deleting %v, PVCs %v", cur.DeletionTimestamp != nil, s.ClaimRequests(t, "k", 2))
-	})
+	s.waitTerminating(t, "k", old.UID)
 	if err := ssr.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -420,12 +411,14 @@ func TestRecreateSurvivesSIGKILL(t *testing.T) {
 	}
 	thawed = true
 	framework.Eventually(t, time.Minute, func() (bool, string) {
-		_, err := sets.Get(s.Ctx, "k", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprintf("old object still there (%v)", err)
+		cur, err := sets.Get(s.Ctx, "k", metav1.GetOptions{})
+		return err == nil && slices.Equal(cur.Finalizers, []string{recreate.Finalizer}),
+			fmt.Sprintf("want the old object held by the re-create's finalizer alone once the pods are orphaned: %v %v", err, cur.Finalizers)
 	})
 	framework.Consistently(t, 3*time.Second, func() (bool, string) {
-		_, err := sets.Get(s.Ctx, "k", metav1.GetOptions{})
-		return apierrors.IsNotFound(err) && s.recordOf(t, "k") != nil, fmt.Sprintf("a StatefulSet appeared or the record went while statefulset-resizer was down (%v)", err)
+		cur, err := sets.Get(s.Ctx, "k", metav1.GetOptions{})
+		return err == nil && cur.UID == old.UID && s.recordOf(t, "k") != nil,
+			fmt.Sprintf("the old object went, or the record, while statefulset-resizer was down (%v)", err)
 	})
 
 	ssr.Start(t)
@@ -434,12 +427,26 @@ func TestRecreateSurvivesSIGKILL(t *testing.T) {
 	s.WaitTemplateStatus(t, "k", stsTimeout, scenario.Finished)
 }
 
-// An infeasible desired size: `wait` exits 1 with the driver's message, nothing is re-created
-// (same uid, annotation kept). Lowering the desire (the manifest in Git lowered to a size the
-// driver can give; the webhook records it) recovers: the request goes down from the infeasible
-// size to the new one (KEP-1790), the volume grows to it, the StatefulSet is re-created with
-// it, and `wait` exits 0.
-func TestRecreateNotForInfeasibleDesire(t *testing.T) {
+// waitTerminating waits until the StatefulSet uid is being deleted with its re-create record
+// stored.
+func (s *stsEnv) waitTerminating(t *testing.T, name string, uid types.UID) {
+	t.Helper()
+	framework.Eventually(t, stsTimeout, func() (bool, string) {
+		cur, err := s.Client.AppsV1().StatefulSets(s.Namespace).Get(s.Ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return cur.UID == uid && cur.DeletionTimestamp != nil && s.recordOf(t, name) != nil,
+			fmt.Sprintf("want the old object terminating and the record stored; deleting %v, finalizers %v", cur.DeletionTimestamp != nil, cur.Finalizers)
+	})
+}
+
+// An infeasible desired size: the StatefulSet is re-created with it all the same, and `wait`
+// exits 1 with the driver's message. Lowering the desire (the manifest in Git lowered to a size
+// the driver can give; the webhook records it) recovers: the StatefulSet is re-created with the
+// new size, the request goes down from the infeasible size to it (KEP-1790), the volume grows
+// to it, and `wait` exits 0.
+func TestRecreateInfeasibleDesire(t *testing.T) {
 	s := startSTSEnv(t)
 	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
 	ids := s.CreateStatefulSet(t, s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 1, Policy: appsv1.OrderedReadyPodManagement, Size: "1Gi"}))
@@ -450,11 +457,11 @@ func TestRecreateNotForInfeasibleDesire(t *testing.T) {
 		VolumeID: ids[claim], MinRequiredBytes: 50 << 30}})
 
 	s.setDesire(t, "web", desire(t, "100Gi"), nil)
-	s.infeasibleNotRecreated(t, "web", claim, driverMessage, old.UID)
+	infeasible := s.infeasibleRecreated(t, "web", claim, driverMessage, old.UID, "100Gi")
 
 	s.setDesire(t, "web", desire(t, "2Gi"), nil)
 	s.waitDone(t, claim, "2Gi")
-	s.waitRecreated(t, "web", old.UID, "2Gi")
+	s.waitRecreated(t, "web", infeasible.UID, "2Gi")
 	if r := s.wait(t, "web"); r.Code != 0 {
 		t.Errorf("wait after the desire was lowered: %s; want exit 0", r)
 	}

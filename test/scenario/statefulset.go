@@ -77,7 +77,7 @@ func ApplyStatefulSetResizerRBAC(t testing.TB, cluster *framework.Cluster, ns st
 // kubeconfig (normally from ApplyStatefulSetResizerRBAC):
 //
 //	--kubeconfig=<kubeconfig> --http-endpoint=127.0.0.1:<free port> -v=4
-//	--leader-election-namespace=<env namespace>
+//	--leader-election-namespace=<env namespace> --recreate-record-namespace=<env namespace>
 //
 // followed by args, and waits until it serves /healthz. When the test ends, a log line saying
 // the apiserver refused it something ("forbidden") fails the test: the shipped RBAC lacks a
@@ -100,6 +100,7 @@ func (e *Env) StartStatefulSetResizers(t testing.TB, kubeconfig string, argLists
 			"--http-endpoint=" + addr,
 			"-v=4",
 			"--leader-election-namespace=" + e.Namespace,
+			"--recreate-record-namespace=" + e.Namespace,
 		}, args...)
 		name := "statefulset-resizer"
 		if i > 0 {
