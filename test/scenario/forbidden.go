@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,8 @@ import (
 type apiserverRestarts struct {
 	mu      sync.Mutex
 	windows []restartWindow
+	// refusals are markers of refusals a test provokes on purpose (ExpectRefusals).
+	refusals []string
 }
 
 type restartWindow struct{ from, to time.Time }
@@ -55,11 +58,33 @@ func (e *Env) StartAPIServer(t testing.TB) {
 	e.restarts.mu.Unlock()
 }
 
+// ExpectRefusals excuses, in the forbidden check of this Env's processes, the lines that contain
+// marker: refusals the test provokes on purpose (an admission policy it installs, say), which
+// say nothing about the shipped RBAC. Make the marker specific (the policy's name).
+func (e *Env) ExpectRefusals(marker string) {
+	e.restarts.mu.Lock()
+	defer e.restarts.mu.Unlock()
+	e.restarts.refusals = append(e.restarts.refusals, marker)
+}
+
 // failOnForbidden is FailOnForbidden for a process of this Env: lines logged while the Env's
-// apiserver was restarting are excused.
+// apiserver was restarting, and refusals the test expects (ExpectRefusals), are excused.
 func (e *Env) failOnForbidden(t testing.TB, p *framework.Process) {
 	t.Helper()
-	t.Cleanup(func() { reportForbidden(t, p, e.restarts.excused) })
+	t.Cleanup(func() {
+		e.restarts.mu.Lock()
+		markers := append([]string(nil), e.restarts.refusals...)
+		e.restarts.mu.Unlock()
+		var unexpected []string
+		for _, line := range strings.Split(p.Log(), "\n") {
+			if !slices.ContainsFunc(markers, func(m string) bool { return strings.Contains(line, m) }) {
+				unexpected = append(unexpected, line)
+			}
+		}
+		if denied := ForbiddenLines(strings.Join(unexpected, "\n"), e.restarts.excused); len(denied) > 0 {
+			t.Errorf("%s was refused by the apiserver (the shipped RBAC lacks a permission?):\n%s", p.Name, strings.Join(denied, "\n"))
+		}
+	})
 }
 
 // FailOnForbidden fails the test when it ends if p's log has a line saying the apiserver

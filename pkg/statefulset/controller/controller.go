@@ -252,7 +252,8 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 	}
 	var wanted bool
 	if sts != nil {
-		_, wanted = c.recreateTemplates(sts)
+		_, ready := c.recreateTemplates(sts)
+		wanted = c.recreate && ready
 	}
 	if sts != nil && rec == nil && sts.DeletionTimestamp == nil && !wanted {
 		// The volumes are reconciled with the live object; one about to be

@@ -54,8 +54,10 @@ func (c *Controller) desiredTemplates(sts *appsv1.StatefulSet, key string) ([]co
 
 // recreateTemplates returns the templates a re-create of sts would create it
 // with (its own with the desired changes; nil when it has no usable desire)
-// and whether the re-create is wanted now: enabled, opted in, templates that
-// differ, nothing holding it back (recreate.Blocked), not being deleted.
+// and whether a re-create can go on now: opted in, templates that differ,
+// nothing holding it back (recreate.Blocked), not being deleted. Whether a new
+// one may start (Options.Recreate) is the caller's: one under way is finished
+// either way.
 func (c *Controller) recreateTemplates(sts *appsv1.StatefulSet) ([]corev1.PersistentVolumeClaim, bool) {
 	ds, ok, err := desired.FromStatefulSet(sts)
 	if !ok || err != nil {
@@ -65,7 +67,7 @@ func (c *Controller) recreateTemplates(sts *appsv1.StatefulSet) ([]corev1.Persis
 	if err != nil {
 		return nil, false
 	}
-	wanted := recreate.Pending(c.recreate, sts, templates) && c.optedIn(sts) &&
+	wanted := recreate.Pending(true, sts, templates) && c.optedIn(sts) &&
 		recreate.Blocked(sts) == "" && sts.DeletionTimestamp == nil
 	return templates, wanted
 }

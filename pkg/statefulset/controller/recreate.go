@@ -117,8 +117,8 @@ func (c *Controller) storeRecord(ctx context.Context, cached *appsv1.StatefulSet
 	if err != nil {
 		return cached, nil, ignoreNotFound(err, "read StatefulSet %s/%s to re-create it", cached.Namespace, cached.Name)
 	}
-	templates, wanted := c.recreateTemplates(live)
-	if live.UID != cached.UID || live.DeletionTimestamp != nil || !wanted {
+	templates, ready := c.recreateTemplates(live)
+	if live.UID != cached.UID || live.DeletionTimestamp != nil || !ready || !c.recreate {
 		return live, nil, nil // changed since the decision: its event brings the key back
 	}
 	if live, err = c.setFinalizer(ctx, live, true); err != nil || live == nil {
@@ -158,8 +158,8 @@ func (c *Controller) deleteOld(ctx context.Context, cached *appsv1.StatefulSet, 
 	case live.UID != rec.OldUID || live.DeletionTimestamp != nil:
 		return live, rec, nil // Finish, or Release once orphaned
 	}
-	templates, wanted := c.recreateTemplates(live)
-	if !wanted {
+	templates, ready := c.recreateTemplates(live)
+	if !ready {
 		klog.FromContext(ctx).Info("The volume claim template change was withdrawn or cannot be made now; dropping the re-create record",
 			"record", klog.KRef(c.recordNamespace, recreate.RecordName(live.Namespace, live.Name)))
 		return live, nil, c.deleteRecord(ctx, live.Namespace, live.Name, rec)
@@ -170,10 +170,11 @@ func (c *Controller) deleteOld(ctx context.Context, cached *appsv1.StatefulSet, 
 	if rec, err = c.updateRecord(ctx, live, templates, rec); err != nil {
 		return live, rec, err
 	}
+	// The preconditions are the version the record was checked against.
 	orphan := metav1.DeletePropagationOrphan
 	err = c.client.AppsV1().StatefulSets(live.Namespace).Delete(ctx, live.Name, metav1.DeleteOptions{
 		PropagationPolicy: &orphan,
-		Preconditions:     &metav1.Preconditions{UID: &rec.OldUID, ResourceVersion: &rec.OldResourceVersion},
+		Preconditions:     &metav1.Preconditions{UID: &live.UID, ResourceVersion: &live.ResourceVersion},
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
 		// A conflict: changed since the read; decided again from a fresh read.

@@ -65,8 +65,9 @@ const (
 // Record is a parsed record ConfigMap.
 type Record struct {
 	// OldUID and OldResourceVersion identify the version of the object being
-	// replaced that Object was built from; they are the preconditions of its
-	// delete and of the release of its finalizer.
+	// replaced that Object was built from. The delete and the release of the
+	// finalizer are guarded by the version they checked the record against
+	// (UpToDate), which may be a later one that changes nothing to create.
 	OldUID             types.UID
 	OldResourceVersion string
 	// Object is the StatefulSet to create, with the old object's
@@ -135,9 +136,11 @@ func objectToCreate(live *appsv1.StatefulSet, templates []corev1.PersistentVolum
 
 // UpToDate reports whether rec holds what Build would record for live and
 // templates: the same object to create (managedFields compared by who owns
-// what, not by when), from the same version of the same object.
+// what, not by when), from the same object. A newer version that makes no
+// difference to the object to create (a status write, the garbage
+// collector's finalizer) does not make a record stale.
 func UpToDate(rec *Record, live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim) (bool, error) {
-	if rec.OldUID != live.UID || rec.OldResourceVersion != live.ResourceVersion {
+	if rec.OldUID != live.UID {
 		return false, nil
 	}
 	obj, err := objectToCreate(live, templates)

@@ -289,6 +289,9 @@ func TestUpToDate(t *testing.T) {
 	later := live.DeepCopy()
 	now := metav1.Now()
 	later.ManagedFields[0].Time = &now
+	newer := live.DeepCopy()
+	newer.ResourceVersion = "44"
+	newer.Status.ReadyReplicas = 3
 	edited := live.DeepCopy()
 	edited.Spec.Template.Annotations = map[string]string{"restartedAt": "now"}
 	edited.ResourceVersion = "43"
@@ -300,6 +303,7 @@ func TestUpToDate(t *testing.T) {
 	}{
 		{"same version", live, templates, true},
 		{"only a managedFields time differs", later, templates, true},
+		{"a newer version, same object to create", newer, templates, true},
 		{"edited since", edited, templates, false},
 		{"other templates", live, []corev1.PersistentVolumeClaim{template("data", "3Gi")}, false},
 	} {
