@@ -63,7 +63,7 @@ const (
 // observedFailure are the reasons that report what the resizer found, not
 // an action of ours: kept on a replica held back behind an unfinished one.
 var observedFailure = map[string]bool{
-	ReasonResizeInfeasible: true, ReasonResizeFailing: true,
+	ReasonResizeInfeasible: true, ReasonResizeFailing: true, ReasonCannotLowerInfeasibleRequest: true,
 	ReasonModifyInfeasible: true, ReasonModifyFailing: true,
 }
 

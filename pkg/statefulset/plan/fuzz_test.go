@@ -177,7 +177,11 @@ func setAnnotation(pvc *corev1.PersistentVolumeClaim, key, value string) {
 //   - only PVCs of running, updated, non-terminating pods are patched, each
 //     at most once, to exactly the template size;
 //   - a replica is Ready exactly when its capacity reaches the template
-//     (docs/design.md §3.5), whatever its request above the template;
+//     (docs/design.md §3.5), whatever its request above the template, except
+//     a request we raised above the template that the volume has not
+//     reached (§3.2 rule 2): never Ready, and Failed when the resizer's
+//     verdict on it is infeasible and the template is not above the
+//     capacity (a revert that cannot lower it);
 //   - an infeasible verdict is only taken for the size the resizer tried;
 //   - a failing (retried) resize is reported only from an error condition
 //     about the size the resizer tried, is Pending (never counted as
@@ -264,7 +268,7 @@ func FuzzDecideInvariants(f *testing.F) {
 				if pvc := w.pvcs[rd.PVCName]; pvc != nil && !td.Size.IsZero() {
 					capacity := pvc.Status.Capacity[corev1.ResourceStorage]
 					request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-					if tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]; ok && rd.Reason == ReasonResizeInfeasible && tried.Cmp(request) != 0 {
+					if tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]; ok && (rd.Reason == ReasonResizeInfeasible || rd.Reason == ReasonCannotLowerInfeasibleRequest) && tried.Cmp(request) != 0 {
 						t.Fatalf("%s infeasible on a verdict for %s, but the request is %s", rd.PVCName, &tried, &request)
 					}
 					checkClassVerdict(t, pvc, rd, td.Class)
@@ -286,7 +290,18 @@ func FuzzDecideInvariants(f *testing.F) {
 					pod := w.pods[rd.PodName]
 					eligible := pod != nil && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil &&
 						pod.Labels[appsv1.StatefulSetRevisionLabel] == testRevision && pvc.Status.Phase == corev1.ClaimBound
-					if eligible && capacity.Cmp(td.Size) >= 0 && request.Cmp(td.Size) >= 0 && classSettled(pvc, td.Class) && rd.State != Ready {
+					// docs/design.md §3.2 rule 2: a request we raised above the
+					// template that the volume has not reached is never done.
+					ours := raisedByController(pvc, &request) && request.Cmp(td.Size) > 0 && capacity.Cmp(request) < 0
+					if ours && rd.State == Ready {
+						t.Fatalf("%s Ready while our request %s is above the template %s and the capacity %s", rd.PVCName, &request, &td.Size, &capacity)
+					}
+					infeasible, _ := infeasibility(pvc)
+					_, stale := staleAttempt(pvc, &request)
+					if ours && eligible && capacity.Cmp(td.Size) >= 0 && infeasible && !stale && rd.State != Failed {
+						t.Fatalf("%s is %s/%s while our request %s, not lowerable to %s (capacity %s), is infeasible", rd.PVCName, rd.State, rd.Reason, &request, &td.Size, &capacity)
+					}
+					if eligible && capacity.Cmp(td.Size) >= 0 && request.Cmp(td.Size) >= 0 && classSettled(pvc, td.Class) && !ours && rd.State != Ready {
 						t.Fatalf("%s (request %s, capacity %s, template %s) is %s/%s, want Ready", rd.PVCName, &request, &capacity, &td.Size, rd.State, rd.Reason)
 					}
 					if rd.State == Ready && td.Class != "" && !classSettled(pvc, td.Class) {
