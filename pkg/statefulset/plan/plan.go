@@ -141,7 +141,14 @@ type Input struct {
 	// The status records it, so that `wait` can tell a document written for
 	// other desired sizes at the same generation (the webhook changes only
 	// an annotation, which does not bump the generation).
-	Desired        string
+	Desired string
+	// OptedIn is true when the StatefulSet is opted in to template changes:
+	// the label csi-resizer.io/volume-claim-template-updates=enabled on it,
+	// or on its namespace without another value on the StatefulSet (the
+	// webhook's opt-in, docs/design.md §3.9). Only then are the templates'
+	// labels and annotations set on the PVCs (§3.11 rule 15): a StatefulSet
+	// that did not ask for template changes keeps today's PVCs as they are.
+	OptedIn        bool
 	Pods           map[string]*corev1.Pod
 	PVCs           map[string]*corev1.PersistentVolumeClaim
 	StorageClasses map[string]*storagev1.StorageClass
@@ -225,9 +232,15 @@ type PVCPatch struct {
 	// Class, when not nil, changes spec.volumeAttributesClassName.
 	Class *ClassChange
 	// Annotations are set; RemoveAnnotations are removed (a class rollback
-	// ends the episode its annotations recorded).
+	// ends the episode its annotations recorded). They hold the controller's
+	// bookkeeping (keys under csi-resizer.io/) and the template's annotations
+	// (every other key, docs/design.md §3.11 rule 15).
 	Annotations       map[string]string
 	RemoveAnnotations []string
+	// Labels are set and RemoveLabels removed: the template's labels
+	// (docs/design.md §3.11 rule 15).
+	Labels       map[string]string
+	RemoveLabels []string
 }
 
 // ClassChange is a change of a PVC's spec.volumeAttributesClassName; ""
@@ -243,7 +256,8 @@ func (p *PVCPatch) Resizes() bool { return !p.To.IsZero() }
 func (p *PVCPatch) Decrease() bool { return p.Resizes() && p.To.Cmp(p.From) < 0 }
 
 // Describe says what the patch changes, for logs and messages: "the request
-// to 2Gi", "the VolumeAttributesClass to \"gold\"", or both.
+// to 2Gi", "the VolumeAttributesClass to \"gold\"", "the template's labels
+// and annotations (set label app)", or several of them.
 func (p *PVCPatch) Describe() string {
 	var parts []string
 	if p.Resizes() {
@@ -255,6 +269,9 @@ func (p *PVCPatch) Describe() string {
 		} else {
 			parts = append(parts, fmt.Sprintf("the VolumeAttributesClass to %q", p.Class.To))
 		}
+	}
+	if m := p.describeMetadata(); m != "" {
+		parts = append(parts, m)
 	}
 	return strings.Join(parts, " and ")
 }
@@ -333,6 +350,12 @@ func (d *Decision) decideTemplate(in Input, selector labels.Selector, tmpl *core
 		rd = combine(rd, class)
 		if d.Ordered && rd.State != Ready {
 			blocked = true
+		}
+		if in.OptedIn {
+			// After the walk's bookkeeping: metadata is not a volume
+			// change, it goes to every replica at once and holds none back
+			// (docs/design.md §3.11 rule 15).
+			rd = withMetadata(rd, in.StatefulSet.Name, in.PVCs[rd.PVCName], tmpl)
 		}
 		td.Replicas = append(td.Replicas, rd)
 	}
