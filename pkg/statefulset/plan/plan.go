@@ -624,6 +624,12 @@ func ourRequestLeft(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, reque
 	infeasible, detail := infeasibility(pvc)
 	tried, stale := staleAttempt(pvc, request)
 	if infeasible && !stale {
+		if nodeInfeasible(pvc) {
+			// KEP-1790: after a node failure, a driver with controller
+			// expansion has grown the volume already and csi-resizer keeps
+			// that size; only a node-only driver recovers by a lower request.
+			fix = fmt.Sprintf("the node could not grow the file system: fix the node step, or, with a driver that expands on the node only, %s (a driver with controller expansion has already grown the volume to %s, which no request undoes)", fix, request)
+		}
 		rd = rd.failed(EventVolumeResizeInfeasible, ReasonCannotLowerInfeasibleRequest,
 			"the request %s that statefulset-resizer set is infeasible (%s) and %s; the PVC keeps requesting %s (retried, counted by quota): %s",
 			request, detail, stuck, request, fix)
@@ -751,6 +757,19 @@ func infeasibility(pvc *corev1.PersistentVolumeClaim) (bool, string) {
 func staleAttempt(pvc *corev1.PersistentVolumeClaim, request *resource.Quantity) (resource.Quantity, bool) {
 	tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]
 	return tried, ok && tried.Cmp(*request) != 0
+}
+
+// nodeInfeasible reports whether the infeasible verdict infeasibility reads
+// is the node's (the kubelet's file system step), in the same order.
+func nodeInfeasible(pvc *corev1.PersistentVolumeClaim) bool {
+	switch pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] {
+	case corev1.PersistentVolumeClaimControllerResizeInfeasible:
+		return false
+	case corev1.PersistentVolumeClaimNodeResizeInfeasible:
+		return true
+	}
+	c := condition(pvc, corev1.PersistentVolumeClaimControllerResizeError)
+	return c == nil || !infeasibleCodes[c.Reason]
 }
 
 // resizeError is a KEP-1790 error condition that is not an infeasible

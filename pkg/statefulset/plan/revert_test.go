@@ -31,14 +31,21 @@ func TestRule2_RevertBelowCapacityOfOurRequest(t *testing.T) {
 		wantReason string
 		wantEvent  string   // "" = none
 		wantMsg    []string // in the replica's message, and in the template's status message
+		wantNode   bool     // the verdict is the node's: the message says what lowering does not undo
 	}{
 		{name: "controller infeasible",
 			resizerReport: resizerReport{corev1.PersistentVolumeClaimControllerResizeInfeasible, corev1.PersistentVolumeClaimControllerResizeError, "OutOfRange", "pool full"},
 			wantState:     Failed, wantReason: ReasonCannotLowerInfeasibleRequest, wantEvent: EventVolumeResizeInfeasible, wantMsg: []string{failedMsg}},
-		{name: "node infeasible",
+		{name: "node infeasible", wantNode: true,
 			resizerReport: resizerReport{corev1.PersistentVolumeClaimNodeResizeInfeasible, corev1.PersistentVolumeClaimNodeResizeError, "", "resize2fs: no space"},
 			wantState:     Failed, wantReason: ReasonCannotLowerInfeasibleRequest, wantEvent: EventVolumeResizeInfeasible,
-			wantMsg: []string{"the request 20Gi that statefulset-resizer set is infeasible (resize2fs: no space)", "e.g. to 1025Mi"}},
+			wantMsg: []string{"the request 20Gi that statefulset-resizer set is infeasible (resize2fs: no space)",
+				"the node could not grow the file system: fix the node step, or, with a driver that expands on the node only, set the template above the capacity, e.g. to 1025Mi",
+				"a driver with controller expansion has already grown the volume to 20Gi, which no request undoes"}},
+		{name: "node infeasible, condition only", wantNode: true,
+			resizerReport: resizerReport{"", corev1.PersistentVolumeClaimNodeResizeError, "InvalidArgument", "bad fs"},
+			wantState:     Failed, wantReason: ReasonCannotLowerInfeasibleRequest, wantEvent: EventVolumeResizeInfeasible,
+			wantMsg: []string{"infeasible (InvalidArgument: bad fs)", "the node could not grow the file system"}},
 		{name: "infeasible code in the condition only (resizer without KEP-1790 state)",
 			resizerReport: resizerReport{"", corev1.PersistentVolumeClaimControllerResizeError, "InvalidArgument", "bad size"},
 			wantState:     Failed, wantReason: ReasonCannotLowerInfeasibleRequest, wantEvent: EventVolumeResizeInfeasible,
@@ -101,6 +108,9 @@ func TestRule2_RevertBelowCapacityOfOurRequest(t *testing.T) {
 			rd := d.Templates[0].Replicas[0]
 			if rd.State != tc.wantState || rd.Reason != tc.wantReason {
 				t.Errorf("replica: %s/%s, want %s/%s (%s)", rd.State, rd.Reason, tc.wantState, tc.wantReason, rd.Message)
+			}
+			if node := strings.Contains(rd.Message, "the node could not grow"); node != tc.wantNode {
+				t.Errorf("message %q: says the node failed: %v, want %v", rd.Message, node, tc.wantNode)
 			}
 			ts := templateStatus(t, d, "data")
 			for _, want := range tc.wantMsg {
