@@ -66,19 +66,19 @@ func writeKey(kind, namespace, name string) string {
 }
 
 // pvcMergePatch is the body of a PVC patch: the request and/or the
-// VolumeAttributesClass (a JSON null unsets it) and our annotations (null
-// removes one), with the observed resourceVersion as a precondition so that
-// a PVC changed since we looked (for example by a person) is re-evaluated,
-// not overwritten. A field the patch does not change is not in the body.
+// VolumeAttributesClass (a JSON null unsets it), the annotations (ours and
+// the template's) and the template's labels (null removes one; labels only
+// when the patch changes some), with the observed resourceVersion as a
+// precondition so that a PVC changed since we looked (for example by a
+// person) is re-evaluated, not overwritten. A merge patch sets and removes
+// single keys, so the PVC's other labels and annotations stay as they are
+// (docs/design.md §3.11 rule 15). A field the patch does not change is not
+// in the body.
 func pvcMergePatch(p *plan.PVCPatch) ([]byte, error) {
-	annotations := make(map[string]any, len(p.Annotations)+len(p.RemoveAnnotations))
-	for _, k := range p.RemoveAnnotations {
-		annotations[k] = nil
+	meta := map[string]any{"annotations": keyPatch(p.Annotations, p.RemoveAnnotations)}
+	if len(p.Labels)+len(p.RemoveLabels) > 0 {
+		meta["labels"] = keyPatch(p.Labels, p.RemoveLabels)
 	}
-	for k, v := range p.Annotations {
-		annotations[k] = v
-	}
-	meta := map[string]any{"annotations": annotations}
 	if p.ResourceVersion != "" {
 		meta["resourceVersion"] = p.ResourceVersion
 	}
@@ -94,6 +94,19 @@ func pvcMergePatch(p *plan.PVCPatch) ([]byte, error) {
 		spec["volumeAttributesClassName"] = class
 	}
 	return json.Marshal(map[string]any{"metadata": meta, "spec": spec})
+}
+
+// keyPatch is the merge patch of a string map: set's values, and null for
+// each key of remove.
+func keyPatch(set map[string]string, remove []string) map[string]any {
+	out := make(map[string]any, len(set)+len(remove))
+	for _, k := range remove {
+		out[k] = nil
+	}
+	for k, v := range set {
+		out[k] = v
+	}
+	return out
 }
 
 // patchPVC makes one PVC patch and returns the resourceVersion it wrote.

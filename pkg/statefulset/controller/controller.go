@@ -323,6 +323,7 @@ func (c *Controller) gather(sts *appsv1.StatefulSet, key string) (plan.Input, er
 		StatefulSet:    sts,
 		Templates:      templates,
 		Desired:        value,
+		OptedIn:        c.optedIn(sts),
 		Pods:           map[string]*corev1.Pod{},
 		PVCs:           map[string]*corev1.PersistentVolumeClaim{},
 		StorageClasses: map[string]*storagev1.StorageClass{},

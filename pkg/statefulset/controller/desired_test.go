@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
@@ -72,5 +74,25 @@ func TestInvalidDesiredAnnotation(t *testing.T) {
 			}
 			h.resyncChangesNothing()
 		})
+	}
+}
+
+// The opt-in read from the namespace: template labels reach the PVCs of a StatefulSet whose
+// namespace carries the opt-in label, and not those of one whose namespace does not.
+func TestTemplateMetadataFollowsTheNamespaceOptIn(t *testing.T) {
+	for _, optedIn := range []bool{true, false} {
+		objects := cluster(1, appsv1.ParallelPodManagement, "1Gi", "1Gi")
+		objects[0].(*appsv1.StatefulSet).Spec.VolumeClaimTemplates[0].Labels = map[string]string{"tier": "gold"}
+		namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+		if optedIn {
+			namespace.Labels = map[string]string{desired.OptInLabel: desired.OptInValue}
+		}
+		h := newHarness(t, append(objects, namespace)...)
+		if err := h.sync(); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.pvc("data-web-0").Labels["tier"]; (got == "gold") != optedIn {
+			t.Errorf("namespace opted in %v: PVC label tier=%q", optedIn, got)
+		}
 	}
 }

@@ -63,7 +63,7 @@ const (
 // observedFailure are the reasons that report what the resizer found, not
 // an action of ours: kept on a replica held back behind an unfinished one.
 var observedFailure = map[string]bool{
-	ReasonResizeInfeasible: true, ReasonResizeFailing: true,
+	ReasonResizeInfeasible: true, ReasonResizeFailing: true, ReasonCannotLowerInfeasibleRequest: true,
 	ReasonModifyInfeasible: true, ReasonModifyFailing: true,
 }
 
@@ -229,23 +229,42 @@ func combine(size ReplicaDecision, class *ReplicaDecision) ReplicaDecision {
 	return out
 }
 
-// mergePatches joins a size patch and a class patch of the same PVC (either
-// may be nil) into one merge patch.
-func mergePatches(size, class *PVCPatch) *PVCPatch {
+// mergePatches joins two patches of the same PVC (either may be nil), a
+// size, a class or a metadata patch, into one merge patch: one
+// resourceVersion precondition for all of it, so that nothing is written
+// from a PVC that changed meanwhile. Their keys do not overlap.
+func mergePatches(a, b *PVCPatch) *PVCPatch {
 	switch {
-	case size == nil:
-		return class
-	case class == nil:
-		return size
+	case a == nil:
+		return b
+	case b == nil:
+		return a
 	}
-	out := *size
-	out.Class = class.Class
-	out.Annotations = make(map[string]string, len(size.Annotations)+len(class.Annotations))
-	for _, m := range []map[string]string{size.Annotations, class.Annotations} {
+	out := *a
+	if !a.Resizes() {
+		out.From, out.To = b.From, b.To
+	}
+	if out.Class == nil {
+		out.Class = b.Class
+	}
+	out.Annotations = union(a.Annotations, b.Annotations)
+	out.Labels = union(a.Labels, b.Labels)
+	out.RemoveAnnotations = append(append([]string(nil), a.RemoveAnnotations...), b.RemoveAnnotations...)
+	out.RemoveLabels = append(append([]string(nil), a.RemoveLabels...), b.RemoveLabels...)
+	return &out
+}
+
+// union returns a new map with the entries of a and b; nil when both are
+// empty.
+func union(a, b map[string]string) map[string]string {
+	if len(a)+len(b) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(a)+len(b))
+	for _, m := range []map[string]string{a, b} {
 		for k, v := range m {
-			out.Annotations[k] = v
+			out[k] = v
 		}
 	}
-	out.RemoveAnnotations = class.RemoveAnnotations
-	return &out
+	return out
 }

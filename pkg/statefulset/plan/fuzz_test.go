@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,6 +58,11 @@ func randomWorld(b *byteSource) *world {
 	}
 	for i := range w.sts.Spec.VolumeClaimTemplates {
 		w.sts.Spec.VolumeClaimTemplates[i].Spec.VolumeAttributesClassName = classPtr(b.className())
+	}
+	w.optedIn = b.flag()
+	for i := range w.sts.Spec.VolumeClaimTemplates { // the desire below copies them
+		tmpl := &w.sts.Spec.VolumeClaimTemplates[i]
+		tmpl.Labels, tmpl.Annotations = b.metadata(fuzzTemplateLabels), b.metadata(fuzzTemplateAnnotations)
 	}
 	if b.flag() { // a desire recorded by the webhook, for some template
 		w.setDesired(w.sts.Spec.VolumeClaimTemplates[b.pick(len(w.sts.Spec.VolumeClaimTemplates))].Name, b.sizeString())
@@ -128,8 +135,57 @@ func randomWorld(b *byteSource) *world {
 			pvc.Spec.StorageClassName = ptr.To(fixedSC)
 		}
 		randomClass(b, pvc)
+		randomMetadata(b, pvc)
 	}
 	return w
+}
+
+// Keys of the template metadata: ordinary ones and reserved ones
+// (docs/design.md §3.11), in labels and annotations.
+var (
+	fuzzTemplateLabels      = []string{"app", "chart", "team", "csi-resizer.io/x", "volume.kubernetes.io/y"}
+	fuzzTemplateAnnotations = []string{"note", "chart", corev1.LastAppliedConfigAnnotation, "pv.kubernetes.io/bind-completed",
+		"volume.beta.kubernetes.io/storage-class", AnnotationPreResizeStorage, AnnotationTemplateMetadata}
+	// fuzzPVCAnnotations are the PVC's own: no bookkeeping of ours, which
+	// the size and class choices above give it.
+	fuzzPVCAnnotations = []string{"note", "chart", "backup", "pv.kubernetes.io/bind-completed", "volume.kubernetes.io/selected-node"}
+)
+
+// metadata returns a map with each key absent or at one of two values; nil
+// when empty.
+func (b *byteSource) metadata(keys []string) map[string]string {
+	var m map[string]string
+	for _, k := range keys {
+		if v := b.pick(3); v > 0 {
+			if m == nil {
+				m = map[string]string{}
+			}
+			m[k] = []string{"", "a", "b"}[v]
+		}
+	}
+	return m
+}
+
+// randomMetadata gives a PVC any labels and annotations of the pools, a
+// record of template metadata (none, any keys and values, reserved ones
+// too, or one that cannot be parsed) and maybe a deletion in progress.
+func randomMetadata(b *byteSource, pvc *corev1.PersistentVolumeClaim) {
+	for k, v := range b.metadata(fuzzTemplateLabels) {
+		pvc.Labels[k] = v
+	}
+	for k, v := range b.metadata(fuzzPVCAnnotations) {
+		setAnnotation(pvc, k, v)
+	}
+	switch b.pick(4) {
+	case 1, 2:
+		value, _ := json.Marshal(metadataRecord{Labels: b.metadata(fuzzTemplateLabels), Annotations: b.metadata(fuzzPVCAnnotations)})
+		setAnnotation(pvc, AnnotationTemplateMetadata, string(value))
+	case 3:
+		setAnnotation(pvc, AnnotationTemplateMetadata, "{")
+	}
+	if b.pick(8) == 0 {
+		pvc.DeletionTimestamp = &metav1.Time{}
+	}
 }
 
 var fuzzClasses = []string{"", "gold", "silver"}
@@ -177,7 +233,11 @@ func setAnnotation(pvc *corev1.PersistentVolumeClaim, key, value string) {
 //   - only PVCs of running, updated, non-terminating pods are patched, each
 //     at most once, to exactly the template size;
 //   - a replica is Ready exactly when its capacity reaches the template
-//     (docs/design.md §3.5), whatever its request above the template;
+//     (docs/design.md §3.5), whatever its request above the template, except
+//     a request we raised above the template that the volume has not
+//     reached (§3.2 rule 2): never Ready, and Failed when the resizer's
+//     verdict on it is infeasible and the template is not above the
+//     capacity (a revert that cannot lower it);
 //   - an infeasible verdict is only taken for the size the resizer tried;
 //   - a failing (retried) resize is reported only from an error condition
 //     about the size the resizer tried, is Pending (never counted as
@@ -197,7 +257,16 @@ func setAnnotation(pvc *corev1.PersistentVolumeClaim, key, value string) {
 //     never an unset the apiserver refuses (a class current); a replica is
 //     Ready only when the volume has the template's class (and is Ready
 //     when that and the size are done); a class verdict comes only from the
-//     resizer's report on the template's class.
+//     resizer's report on the template's class;
+//   - template metadata (docs/design.md §3.11, checkMetadata): only for an
+//     opted-in StatefulSet, only on PVCs that exist and are not being
+//     deleted, whatever the pod, and never held back by OrderedReady; a key
+//     is set only to the template's value; a key is removed only when it is
+//     recorded as ours at the PVC's value and the template dropped it; no
+//     reserved key is ever written or removed (save our own bookkeeping);
+//     the record holds only template keys we set or kept; a Ready replica's
+//     PVC has every template key at its value; and one patch suffices (the
+//     next decision, after the apiserver applied it, has no metadata to do).
 func FuzzDecideInvariants(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 3, 1, 4, 2, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
@@ -218,7 +287,7 @@ func FuzzDecideInvariants(f *testing.F) {
 			pvc := w.pvcs[p.Name]
 			request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 			capacity := pvc.Status.Capacity[corev1.ResourceStorage]
-			if !p.Resizes() && p.Class == nil {
+			if !p.Resizes() && p.Class == nil && !metadataChange(&p) {
 				t.Fatalf("patch of %s changes nothing: %+v", p.Name, p)
 			}
 			if !p.Resizes() {
@@ -244,7 +313,7 @@ func FuzzDecideInvariants(f *testing.F) {
 		for _, td := range d.Templates {
 			unfinished := false
 			for _, rd := range td.Replicas {
-				if rd.Patch != nil {
+				if volumeChange(rd.Patch) { // metadata: docs/design.md §3.11, checkMetadata
 					pod := w.pods[rd.PodName]
 					if pod == nil || pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil ||
 						pod.Labels[appsv1.StatefulSetRevisionLabel] != testRevision {
@@ -264,7 +333,7 @@ func FuzzDecideInvariants(f *testing.F) {
 				if pvc := w.pvcs[rd.PVCName]; pvc != nil && !td.Size.IsZero() {
 					capacity := pvc.Status.Capacity[corev1.ResourceStorage]
 					request := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-					if tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]; ok && rd.Reason == ReasonResizeInfeasible && tried.Cmp(request) != 0 {
+					if tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]; ok && (rd.Reason == ReasonResizeInfeasible || rd.Reason == ReasonCannotLowerInfeasibleRequest) && tried.Cmp(request) != 0 {
 						t.Fatalf("%s infeasible on a verdict for %s, but the request is %s", rd.PVCName, &tried, &request)
 					}
 					checkClassVerdict(t, pvc, rd, td.Class)
@@ -285,8 +354,19 @@ func FuzzDecideInvariants(f *testing.F) {
 					}
 					pod := w.pods[rd.PodName]
 					eligible := pod != nil && pod.Status.Phase == corev1.PodRunning && pod.DeletionTimestamp == nil &&
-						pod.Labels[appsv1.StatefulSetRevisionLabel] == testRevision && pvc.Status.Phase == corev1.ClaimBound
-					if eligible && capacity.Cmp(td.Size) >= 0 && request.Cmp(td.Size) >= 0 && classSettled(pvc, td.Class) && rd.State != Ready {
+						pod.Labels[appsv1.StatefulSetRevisionLabel] == testRevision && pvc.Status.Phase == corev1.ClaimBound && pvc.DeletionTimestamp == nil
+					// docs/design.md §3.2 rule 2: a request we raised above the
+					// template that the volume has not reached is never done.
+					ours := raisedByController(pvc, &request) && request.Cmp(td.Size) > 0 && capacity.Cmp(request) < 0
+					if ours && rd.State == Ready {
+						t.Fatalf("%s Ready while our request %s is above the template %s and the capacity %s", rd.PVCName, &request, &td.Size, &capacity)
+					}
+					infeasible, _ := infeasibility(pvc)
+					_, stale := staleAttempt(pvc, &request)
+					if ours && eligible && capacity.Cmp(td.Size) >= 0 && infeasible && !stale && rd.State != Failed {
+						t.Fatalf("%s is %s/%s while our request %s, not lowerable to %s (capacity %s), is infeasible", rd.PVCName, rd.State, rd.Reason, &request, &td.Size, &capacity)
+					}
+					if eligible && capacity.Cmp(td.Size) >= 0 && request.Cmp(td.Size) >= 0 && classSettled(pvc, td.Class) && !ours && !metadataChange(rd.Patch) && rd.State != Ready {
 						t.Fatalf("%s (request %s, capacity %s, template %s) is %s/%s, want Ready", rd.PVCName, &request, &capacity, &td.Size, rd.State, rd.Reason)
 					}
 					if rd.State == Ready && td.Class != "" && !classSettled(pvc, td.Class) {
@@ -297,13 +377,13 @@ func FuzzDecideInvariants(f *testing.F) {
 					t.Fatalf("%s: reason %s with event %+v", rd.PVCName, rd.Reason, rd.Event)
 				}
 				if d.Ordered && unfinished {
-					touched := rd.Patch != nil || (rd.Event != nil && rd.Event.Reason == EventFailedToPatchPVC)
+					touched := volumeChange(rd.Patch) || (rd.Event != nil && rd.Event.Reason == EventFailedToPatchPVC)
 					if touched {
 						t.Fatalf("OrderedReady touched %s behind an unfinished replica: %+v", rd.PVCName, rd)
 					}
 				}
-				if rd.State != Ready {
-					unfinished = true
+				if rd.State != Ready && rd.Reason != ReasonApplyingTemplateMetadata {
+					unfinished = true // metadata holds no replica back (§3.11)
 				}
 			}
 		}
@@ -311,6 +391,7 @@ func FuzzDecideInvariants(f *testing.F) {
 		if templates == nil {
 			templates = w.sts.Spec.VolumeClaimTemplates
 		}
+		checkMetadata(t, w, d, templates)
 		for i, td := range d.Templates {
 			if want := templates[i].Spec.Resources.Requests[corev1.ResourceStorage]; td.Size.Cmp(want) != 0 {
 				t.Fatalf("template %s decided for %s, want %s (desired %q)", td.Name, &td.Size, &want, w.desired)
@@ -360,7 +441,141 @@ func FuzzDecideInvariants(f *testing.F) {
 				t.Fatalf("message %q lacks \"and %d more\"", ts.Message, more)
 			}
 		}
+		checkMetadataConverges(t, w, d)
 	})
+}
+
+func volumeChange(p *PVCPatch) bool   { return p != nil && (p.Resizes() || p.Class != nil) }
+func metadataChange(p *PVCPatch) bool { return p != nil && p.describeMetadata() != "" }
+
+// ownAnnotations are the keys under csi-resizer.io/ that a PVC patch may
+// write or remove: the controller's bookkeeping.
+var ownAnnotations = map[string]bool{AnnotationStatefulSet: true, AnnotationPreResizeStorage: true, AnnotationResizedStorage: true,
+	AnnotationModifiedClass: true, AnnotationPreModifyClass: true, AnnotationTemplateMetadata: true}
+
+// checkMetadata: docs/design.md §3.11 rule 15 over arbitrary states. Only
+// an opted-in StatefulSet's existing PVCs that are not being deleted get
+// template metadata; a key is set only to the template's value; a key is
+// removed only when the record holds it at the PVC's value and the template
+// no longer has it; no reserved key is written or removed, save our own
+// bookkeeping; the record holds only template keys at the template's
+// values; a Ready replica's PVC has every template key at its value.
+func checkMetadata(t *testing.T, w *world, d *Decision, templates []corev1.PersistentVolumeClaim) {
+	t.Helper()
+	for i, td := range d.Templates {
+		tmpl := &templates[i]
+		for _, rd := range td.Replicas {
+			pvc, p := w.pvcs[rd.PVCName], rd.Patch
+			switch meta := metadataChange(p); {
+			case meta && (!w.optedIn || pvc == nil || pvc.DeletionTimestamp != nil):
+				t.Fatalf("metadata patch of %s (opted in %v, PVC %v): %+v", rd.PVCName, w.optedIn, pvc != nil, p)
+			case !meta && rd.Reason == ReasonApplyingTemplateMetadata:
+				t.Fatalf("%s is %s without a metadata patch", rd.PVCName, rd.Reason)
+			}
+			if p != nil {
+				checkKeys(t, pvc, "label", p.Labels, p.RemoveLabels, tmpl.Labels, readRecord(pvc).Labels)
+				checkKeys(t, pvc, "annotation", p.Annotations, p.RemoveAnnotations, tmpl.Annotations, readRecord(pvc).Annotations)
+				checkRecord(t, pvc, p, tmpl)
+			}
+			if rd.State != Ready || !w.optedIn || pvc == nil || pvc.DeletionTimestamp != nil {
+				continue
+			}
+			for _, m := range []struct{ want, have map[string]string }{{tmpl.Labels, pvc.Labels}, {tmpl.Annotations, pvc.Annotations}} {
+				for k, v := range m.want {
+					if got, ok := m.have[k]; !reservedKey(k) && (!ok || got != v) {
+						t.Fatalf("%s Ready without the template's %s=%s (has %q)", rd.PVCName, k, v, got)
+					}
+				}
+			}
+		}
+	}
+}
+
+// checkKeys checks the keys a patch sets and removes in one map of the PVC.
+func checkKeys(t *testing.T, pvc *corev1.PersistentVolumeClaim, kind string, set map[string]string, remove []string, want, recorded map[string]string) {
+	t.Helper()
+	have := pvc.Labels
+	if kind == "annotation" {
+		have = pvc.Annotations
+	}
+	for k, v := range set {
+		if own := kind == "annotation" && ownAnnotations[k]; !own && (reservedKey(k) || want[k] != v) {
+			t.Fatalf("%s: sets %s %s=%q; template %v", pvc.Name, kind, k, v, want)
+		}
+	}
+	for _, k := range remove {
+		if kind == "annotation" && ownAnnotations[k] {
+			continue
+		}
+		_, inTemplate := want[k]
+		if was, ours := recorded[k]; reservedKey(k) || inTemplate || !ours || have[k] != was {
+			t.Fatalf("%s: removes %s %s (value %q, recorded %v, template %v)", pvc.Name, kind, k, have[k], recorded, want)
+		}
+	}
+}
+
+// checkRecord: the record a patch writes holds only non-reserved template
+// keys at the template's values, each set by this patch or recorded before
+// at the value the PVC still has (a value someone else set is not ours).
+func checkRecord(t *testing.T, pvc *corev1.PersistentVolumeClaim, p *PVCPatch, tmpl *corev1.PersistentVolumeClaim) {
+	t.Helper()
+	value, ok := p.Annotations[AnnotationTemplateMetadata]
+	if !ok {
+		return
+	}
+	var r metadataRecord
+	if err := json.Unmarshal([]byte(value), &r); err != nil {
+		t.Fatalf("%s: record %q: %v", pvc.Name, value, err)
+	}
+	before := readRecord(pvc)
+	for _, m := range []struct{ record, want, set, before, have map[string]string }{
+		{r.Labels, tmpl.Labels, p.Labels, before.Labels, pvc.Labels},
+		{r.Annotations, tmpl.Annotations, p.Annotations, before.Annotations, pvc.Annotations},
+	} {
+		for k, v := range m.record {
+			if reservedKey(k) || m.want[k] != v {
+				t.Fatalf("%s: records %s=%s, template %v", pvc.Name, k, v, m.want)
+			}
+			_, set := m.set[k]
+			if was, ours := m.before[k]; !set && (!ours || was != m.have[k]) {
+				t.Fatalf("%s: records %s=%s, neither set now nor ours before (recorded %v, PVC %v)", pvc.Name, k, v, m.before, m.have)
+			}
+		}
+	}
+}
+
+// checkMetadataConverges applies the decision's patches, as the apiserver
+// would, and decides again: template metadata is done in one patch (no
+// second metadata patch), and the record then holds only keys the PVC has
+// at the recorded values ("what it last set").
+func checkMetadataConverges(t *testing.T, w *world, d *Decision) {
+	t.Helper()
+	w.apply(d)
+	for _, p := range Decide(w.input()).Patches() {
+		if metadataChange(&p) {
+			t.Fatalf("second metadata patch of %s: %s (labels %v, annotations %v)", p.Name, p.Describe(), w.pvcs[p.Name].Labels, w.pvcs[p.Name].Annotations)
+		}
+	}
+	for _, pvc := range w.pvcs {
+		r := readRecord(pvc)
+		for _, m := range []struct{ record, have map[string]string }{{r.Labels, pvc.Labels}, {r.Annotations, pvc.Annotations}} {
+			for k, v := range m.record {
+				if got, ok := m.have[k]; w.optedIn && pvc.DeletionTimestamp == nil && (!ok || got != v) && metadataTouched(d, pvc.Name) {
+					t.Fatalf("%s: record says %s=%s, the PVC has %q", pvc.Name, k, v, got)
+				}
+			}
+		}
+	}
+}
+
+// metadataTouched reports whether the decision patched the PVC's metadata.
+func metadataTouched(d *Decision, name string) bool {
+	for _, p := range d.Patches() {
+		if p.Name == name && metadataChange(&p) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkClassPatch: docs/design.md §3.10 rule 13 over arbitrary states. A
@@ -403,7 +618,7 @@ func checkClassPatch(t *testing.T, pvc *corev1.PersistentVolumeClaim, p *PVCPatc
 		t.Fatalf("class of %s rolled back to %q, not to the class from before %q", pvc.Name, p.Class.To, pre)
 	case pre == "" && pvc.Status.CurrentVolumeAttributesClassName != nil:
 		t.Fatalf("class of %s unset while a class is current: the apiserver refuses it", pvc.Name)
-	case len(p.RemoveAnnotations) != 2:
+	case !slices.Contains(p.RemoveAnnotations, AnnotationModifiedClass) || !slices.Contains(p.RemoveAnnotations, AnnotationPreModifyClass):
 		t.Fatalf("rollback of %s leaves the episode's annotations: %+v", pvc.Name, p)
 	}
 }

@@ -91,10 +91,22 @@ const (
 	ReasonResizing                  = "Resizing"
 	ReasonWaitingForPreviousReplica = "WaitingForPreviousReplica"
 	ReasonExpansionNotAllowed       = "ExpansionNotAllowed"
-	ReasonShrinkBelowCapacity       = "ShrinkBelowCapacity"
-	ReasonNotRaisedByController     = "NotRaisedByController"
-	ReasonPatchRejected             = "PatchRejected"
-	ReasonResizeInfeasible          = "ResizeInfeasible"
+	// ReasonShrinkBelowCapacity: the request is above the template and
+	// cannot be lowered to it, because the template is not above the
+	// volume's capacity (the apiserver refuses such a request, KEP-1790).
+	// Ready once the volume has the request; Pending while a request
+	// statefulset-resizer raised is still being expanded (docs/design.md
+	// §3.2 rule 2).
+	ReasonShrinkBelowCapacity = "ShrinkBelowCapacity"
+	// ReasonCannotLowerInfeasibleRequest: a request statefulset-resizer
+	// raised is infeasible, and the template was lowered to or below the
+	// volume's capacity (a revert in Git), so the request cannot be lowered
+	// and stays infeasible, retried and counted by quota, until the template
+	// is set above the capacity (docs/design.md §3.2 rule 2). Failed.
+	ReasonCannotLowerInfeasibleRequest = "CannotLowerInfeasibleRequest"
+	ReasonNotRaisedByController        = "NotRaisedByController"
+	ReasonPatchRejected                = "PatchRejected"
+	ReasonResizeInfeasible             = "ResizeInfeasible"
 	// ReasonResizeFailing: the resizer's last attempt at the template size
 	// failed and is being retried. Pending, not Failed: no user action is
 	// needed for the retry, so it is neither infeasible nor a reason for
@@ -129,7 +141,14 @@ type Input struct {
 	// The status records it, so that `wait` can tell a document written for
 	// other desired sizes at the same generation (the webhook changes only
 	// an annotation, which does not bump the generation).
-	Desired        string
+	Desired string
+	// OptedIn is true when the StatefulSet is opted in to template changes:
+	// the label csi-resizer.io/volume-claim-template-updates=enabled on it,
+	// or on its namespace without another value on the StatefulSet (the
+	// webhook's opt-in, docs/design.md §3.9). Only then are the templates'
+	// labels and annotations set on the PVCs (§3.11 rule 15): a StatefulSet
+	// that did not ask for template changes keeps today's PVCs as they are.
+	OptedIn        bool
 	Pods           map[string]*corev1.Pod
 	PVCs           map[string]*corev1.PersistentVolumeClaim
 	StorageClasses map[string]*storagev1.StorageClass
@@ -213,9 +232,15 @@ type PVCPatch struct {
 	// Class, when not nil, changes spec.volumeAttributesClassName.
 	Class *ClassChange
 	// Annotations are set; RemoveAnnotations are removed (a class rollback
-	// ends the episode its annotations recorded).
+	// ends the episode its annotations recorded). They hold the controller's
+	// bookkeeping (keys under csi-resizer.io/) and the template's annotations
+	// (every other key, docs/design.md §3.11 rule 15).
 	Annotations       map[string]string
 	RemoveAnnotations []string
+	// Labels are set and RemoveLabels removed: the template's labels
+	// (docs/design.md §3.11 rule 15).
+	Labels       map[string]string
+	RemoveLabels []string
 }
 
 // ClassChange is a change of a PVC's spec.volumeAttributesClassName; ""
@@ -231,7 +256,8 @@ func (p *PVCPatch) Resizes() bool { return !p.To.IsZero() }
 func (p *PVCPatch) Decrease() bool { return p.Resizes() && p.To.Cmp(p.From) < 0 }
 
 // Describe says what the patch changes, for logs and messages: "the request
-// to 2Gi", "the VolumeAttributesClass to \"gold\"", or both.
+// to 2Gi", "the VolumeAttributesClass to \"gold\"", "the template's labels
+// and annotations (set label app)", or several of them.
 func (p *PVCPatch) Describe() string {
 	var parts []string
 	if p.Resizes() {
@@ -243,6 +269,9 @@ func (p *PVCPatch) Describe() string {
 		} else {
 			parts = append(parts, fmt.Sprintf("the VolumeAttributesClass to %q", p.Class.To))
 		}
+	}
+	if m := p.describeMetadata(); m != "" {
+		parts = append(parts, m)
 	}
 	return strings.Join(parts, " and ")
 }
@@ -321,6 +350,12 @@ func (d *Decision) decideTemplate(in Input, selector labels.Selector, tmpl *core
 		rd = combine(rd, class)
 		if d.Ordered && rd.State != Ready {
 			blocked = true
+		}
+		if in.OptedIn {
+			// After the walk's bookkeeping: metadata is not a volume
+			// change, it goes to every replica at once and holds none back
+			// (docs/design.md §3.11 rule 15).
+			rd = withMetadata(rd, in.StatefulSet.Name, in.PVCs[rd.PVCName], tmpl)
 		}
 		td.Replicas = append(td.Replicas, rd)
 	}
@@ -529,8 +564,12 @@ func resizeProgress(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, reque
 // resize (wait must pass), only something to tell the user, in the status
 // message and with a FailedToPatchPVC event. Below the template it is still
 // resizing (towards the higher request) or, if the resizer says so,
-// infeasible.
+// infeasible. A request this controller raised and the volume has not
+// reached is the exception (ourRequestLeft).
 func aboveTemplate(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, raised bool, request, capacity, size *resource.Quantity) ReplicaDecision {
+	if raised && capacity.Cmp(*request) < 0 {
+		return ourRequestLeft(rd, pvc, request, capacity, size)
+	}
 	rd.Reason = ReasonNotRaisedByController
 	rd.Message = fmt.Sprintf("not lowering the request from %s to the template's %s: it was not raised by statefulset-resizer", request, size)
 	if raised {
@@ -565,6 +604,63 @@ func aboveTemplate(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, raised
 		}
 	}
 	return rd
+}
+
+// ourRequestLeft applies docs/design.md §3.2 rule 2 to a request R this
+// controller raised, with the template T at or below the capacity C and C
+// below R: typically a revert in Git after a size the driver refused. The
+// apiserver refuses a request that is not above the capacity (KEP-1790), so
+// R cannot be lowered to T, and the volume still has to reach R. Counting
+// the replica as ready by its capacity would tell "done" while the PVC asks
+// for R, retried forever and counted by quota at R. So: Failed when the
+// resizer's verdict on R is infeasible (only a template above the capacity
+// gets the request lowered, and the message names the smallest one),
+// Pending while the resize to R goes on or is retried. No event while
+// pending: the resizer clears an infeasible verdict for each slow retry, and
+// an event for each of the two states would come back with every retry.
+func ourRequestLeft(rd ReplicaDecision, pvc *corev1.PersistentVolumeClaim, request, capacity, size *resource.Quantity) ReplicaDecision {
+	stuck := fmt.Sprintf("it cannot be lowered to the template's %s: a request cannot go down to or below the volume's capacity %s (volumes cannot shrink)", size, capacity)
+	fix := recoveryHint(request, capacity)
+	infeasible, detail := infeasibility(pvc)
+	tried, stale := staleAttempt(pvc, request)
+	if infeasible && !stale {
+		if nodeInfeasible(pvc) {
+			// KEP-1790: after a node failure, a driver with controller
+			// expansion has grown the volume already and csi-resizer keeps
+			// that size; only a node-only driver recovers by a lower request.
+			fix = fmt.Sprintf("the node could not grow the file system: fix the node step, or, with a driver that expands on the node only, %s (a driver with controller expansion has already grown the volume to %s, which no request undoes)", fix, request)
+		}
+		rd = rd.failed(EventVolumeResizeInfeasible, ReasonCannotLowerInfeasibleRequest,
+			"the request %s that statefulset-resizer set is infeasible (%s) and %s; the PVC keeps requesting %s (retried, counted by quota): %s",
+			request, detail, stuck, request, fix)
+		// One event per refused request, template and capacity, not per
+		// retry (the driver's message may carry a request id).
+		rd.Event.Key = fmt.Sprintf("%s %s %s", request, size, capacity)
+		return rd
+	}
+	progress := fmt.Sprintf("the resizer is expanding it to %s", request)
+	switch e := lastResizeError(pvc); {
+	case infeasible:
+		progress = fmt.Sprintf("the resizer's last attempt, for %s, was infeasible (%s), it has not tried %s yet", &tried, detail, request)
+	case e != nil && !stale:
+		progress = fmt.Sprintf("resize to %s failing, retried by %s: %s", request, e.retriedBy, e.detail)
+	}
+	return rd.pending(ReasonShrinkBelowCapacity, "the request %s that statefulset-resizer set stays above the template: %s; the volume is still changing (%s); should the driver refuse %s, %s",
+		request, stuck, progress, request, fix)
+}
+
+// recoveryHint says which template size gets a request lowered: any size
+// above the capacity (docs/design.md §3.2 rule 2), for example the smallest
+// whole Mi above it ("1025Mi" above 1Gi), which a person can type. When that
+// is not below the request (a request less than 1Mi above the capacity),
+// only the bounds are given.
+func recoveryHint(request, capacity *resource.Quantity) string {
+	const mi = 1 << 20
+	smallest := resource.NewQuantity((capacity.Value()/mi+1)*mi, resource.BinarySI)
+	if smallest.Cmp(*request) >= 0 {
+		return fmt.Sprintf("set the template above the capacity %s and below %s to have the request lowered", capacity, request)
+	}
+	return fmt.Sprintf("set the template above the capacity, e.g. to %s (the smallest whole Mi above %s), to have the request lowered", smallest, capacity)
 }
 
 func phaseOrUnknown(p corev1.PodPhase) corev1.PodPhase {
@@ -661,6 +757,19 @@ func infeasibility(pvc *corev1.PersistentVolumeClaim) (bool, string) {
 func staleAttempt(pvc *corev1.PersistentVolumeClaim, request *resource.Quantity) (resource.Quantity, bool) {
 	tried, ok := pvc.Status.AllocatedResources[corev1.ResourceStorage]
 	return tried, ok && tried.Cmp(*request) != 0
+}
+
+// nodeInfeasible reports whether the infeasible verdict infeasibility reads
+// is the node's (the kubelet's file system step), in the same order.
+func nodeInfeasible(pvc *corev1.PersistentVolumeClaim) bool {
+	switch pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] {
+	case corev1.PersistentVolumeClaimControllerResizeInfeasible:
+		return false
+	case corev1.PersistentVolumeClaimNodeResizeInfeasible:
+		return true
+	}
+	c := condition(pvc, corev1.PersistentVolumeClaimControllerResizeError)
+	return c == nil || !infeasibleCodes[c.Reason]
 }
 
 // resizeError is a KEP-1790 error condition that is not an infeasible

@@ -352,16 +352,18 @@ func TestKEP661_RecoveryFromInfeasibleExpansion(t *testing.T) {
 	}
 	expectStatus(t, d, "data", 0, 1, 0)
 
-	// Lowering to the capacity or below is not a recovery: refused. The
-	// capacity is at the template, so the replica counts as ready (docs/design.md
-	// §3.5), with the request that stays above it reported, not infeasible.
+	// Lowering to the capacity or below (a revert in Git) is not a recovery:
+	// the apiserver would refuse it, so the PVC keeps requesting the refused
+	// 10Gi. That is not done (docs/design.md §3.2 rule 2): the replica stays
+	// infeasible, and the message names the smallest template that recovers.
 	w.setTemplate("data", "1Gi")
 	d = w.decide(t)
 	expect(t, "patches to capacity", patches(d), nil)
-	expect(t, "reasons", reasons(d, "data"), []string{ReasonShrinkBelowCapacity, ReasonResized})
-	expect(t, "events", events(d), []string{"FailedToPatchPVC:data-web-0"})
-	expectStatus(t, d, "data", 2, 0, 3)
-	if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "data-web-0: cannot lower the request from 10Gi to 1Gi") {
+	expect(t, "reasons", reasons(d, "data"), []string{ReasonCannotLowerInfeasibleRequest, ReasonResized})
+	expect(t, "events", events(d), []string{"VolumeResizeInfeasible:data-web-0"})
+	expectStatus(t, d, "data", 1, 1, 0)
+	if msg := templateStatus(t, d, "data").Message; !strings.Contains(msg, "data-web-0: the request 10Gi that statefulset-resizer set is infeasible") ||
+		!strings.Contains(msg, "e.g. to 1025Mi") {
 		t.Errorf("message %q", msg)
 	}
 
@@ -377,7 +379,7 @@ func TestKEP661_RecoveryFromInfeasibleExpansion(t *testing.T) {
 	w.finishResize("data-web-0")
 	d = w.decide(t)
 	expect(t, "next replica", patches(d), []string{"data-web-1:1Gi->5Gi"})
-	expectStatus(t, d, "data", 1, 0, 3)
+	expectStatus(t, d, "data", 1, 0, 0)
 }
 
 // KEP-661 "Errors When Patching The PVC Object": "The storage class of the
@@ -960,8 +962,9 @@ func TestDesiredTemplatesRaiseNewReplicas(t *testing.T) {
 // recovers what this controller raised: the request goes down to the new
 // desire (KEP-1790, above the capacity), which then finishes. Removing the
 // desire altogether (the manifest back at the live size) cannot lower the
-// request to the capacity (the apiserver refuses it); the replica counts as
-// ready by its capacity, with the request left above reported.
+// request to the capacity (the apiserver refuses it); the PVC keeps asking
+// for the refused size, so the replica stays infeasible (docs/design.md
+// §3.2 rule 2), never ready by its capacity.
 func TestLoweredDesireRecovers(t *testing.T) {
 	w := newWorld(1, ordered, "data=1Gi")
 	w.decide(t)
@@ -974,8 +977,8 @@ func TestLoweredDesireRecovers(t *testing.T) {
 	removed := &world{sts: w.sts.DeepCopy(), pods: w.pods, pvcs: w.pvcs, scs: w.scs}
 	d = removed.decide(t)
 	expect(t, "patches without the desire", patches(d), nil)
-	expect(t, "reasons without the desire", reasons(d, "data"), []string{ReasonShrinkBelowCapacity})
-	expectStatus(t, d, "data", 1, 0, 1)
+	expect(t, "reasons without the desire", reasons(d, "data"), []string{ReasonCannotLowerInfeasibleRequest})
+	expectStatus(t, d, "data", 0, 1, 0)
 
 	w.setDesired("data", "2Gi")
 	d = w.decide(t)

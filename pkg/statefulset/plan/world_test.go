@@ -27,6 +27,8 @@ type world struct {
 	// annotation applied by the controller); nil and "" when none.
 	templates []corev1.PersistentVolumeClaim
 	desired   string
+	// optedIn is Input.OptedIn: the StatefulSet takes template changes.
+	optedIn bool
 
 	pods map[string]*corev1.Pod
 	pvcs map[string]*corev1.PersistentVolumeClaim
@@ -107,7 +109,7 @@ func (w *world) addReplica(ordinal int32) {
 }
 
 func (w *world) input() Input {
-	return Input{StatefulSet: w.sts, Templates: w.templates, Desired: w.desired, Pods: w.pods, PVCs: w.pvcs, StorageClasses: w.scs}
+	return Input{StatefulSet: w.sts, Templates: w.templates, Desired: w.desired, OptedIn: w.optedIn, Pods: w.pods, PVCs: w.pvcs, StorageClasses: w.scs}
 }
 
 // decide runs Decide and, like the controller, stores the status annotation
@@ -212,7 +214,31 @@ func (w *world) apply(d *Decision) {
 		for _, k := range p.RemoveAnnotations {
 			delete(pvc.Annotations, k)
 		}
+		if pvc.Labels == nil && len(p.Labels) > 0 {
+			pvc.Labels = map[string]string{}
+		}
+		for k, v := range p.Labels {
+			pvc.Labels[k] = v
+		}
+		for _, k := range p.RemoveLabels {
+			delete(pvc.Labels, k)
+		}
+		pvc.ResourceVersion += "+"
 	}
+}
+
+// setTemplateMetadata gives a template labels and annotations (nil for
+// none): in place in the live template, as the re-created StatefulSet has
+// them, observed at once like setTemplate.
+func (w *world) setTemplateMetadata(name string, labels, annotations map[string]string) {
+	for i := range w.sts.Spec.VolumeClaimTemplates {
+		if w.sts.Spec.VolumeClaimTemplates[i].Name == name {
+			w.sts.Spec.VolumeClaimTemplates[i].Labels = labels
+			w.sts.Spec.VolumeClaimTemplates[i].Annotations = annotations
+		}
+	}
+	w.sts.Generation++
+	w.sts.Status.ObservedGeneration = w.sts.Generation
 }
 
 // setTemplateClass is the user changing a template's VolumeAttributesClass
@@ -302,7 +328,8 @@ func (w *world) markInfeasible(name string, state corev1.ClaimResourceStatus, co
 }
 
 // patches renders the decision's patches as "pvc:from->to", a class change
-// as "pvc:class:from->to" ("" for none), both as "pvc:from->to class:from->to".
+// as "pvc:class:from->to" ("" for none), both as "pvc:from->to class:from->to",
+// with " meta" (or "meta" alone) when the patch changes template metadata.
 func patches(d *Decision) []string {
 	var out []string
 	for _, p := range d.Patches() {
@@ -312,6 +339,9 @@ func patches(d *Decision) []string {
 		}
 		if p.Class != nil {
 			parts = append(parts, fmt.Sprintf("class:%s->%s", p.Class.From, p.Class.To))
+		}
+		if p.describeMetadata() != "" {
+			parts = append(parts, "meta")
 		}
 		out = append(out, p.Name+":"+strings.Join(parts, " "))
 	}
