@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -213,4 +214,53 @@ func (g *gitopsEnv) kubectl(t *testing.T, args ...string) string {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// Finding 3 with the real helm, on a chart that spells out the fields the apiserver adds to a
+// template (apiVersion, kind, volumeMode, status): `helm upgrade` to a size the driver refuses,
+// then back to the previous size. The StatefulSet is re-created with each, so Helm's three-way
+// patch of the revert is not empty. Nothing reports "done" while the PVC still requests the
+// refused size: `wait` exits 1, and its message, the status annotation and a Warning event name
+// the PVC and the smallest size that recovers (above the capacity). An upgrade to that kind of
+// size recovers, and `wait` exits 0.
+func TestGitOpsHelmRevertFromInfeasible(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := gitOpsHelm(t, root)
+	g := startGitOpsEnv(t)
+	values := []string{"replicas=1", "spelledOut=true"}
+	sts := g.gitManifest("db", 1, appsv1.ParallelPodManagement, "1Gi")
+	ids := g.createWithSpareBy(t, sts, 0, func() { g.helmRelease(t, helm, "install", "db", values...) })
+	old, _ := g.WaitTemplateStatus(t, "db", stsTimeout, scenario.Finished)
+	claim := scenario.ClaimName("db", 0)
+	const driverMessage = "no such size in this pool"
+	g.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: driverMessage,
+		VolumeID: ids[claim], MinRequiredBytes: 50 << 30}})
+
+	g.helmRelease(t, helm, "upgrade", "db", append(values, "size=100Gi")...)
+	refused := g.infeasibleRecreated(t, "db", claim, driverMessage, old.UID, "100Gi")
+
+	g.helmRelease(t, helm, "upgrade", "db", append(values, "size=1Gi")...)
+	reverted := g.waitRecreated(t, "db", refused.UID, "1Gi")
+	r := g.wait(t, "db")
+	if r.Code != 1 || !strings.Contains(r.Stderr, claim) || !strings.Contains(r.Stderr, "1025Mi") || !strings.Contains(r.Stderr, driverMessage) {
+		t.Fatalf("wait after the revert: %s; want exit 1 naming %s, the driver's message and 1025Mi", r, claim)
+	}
+	if req := scenario.Request(g.PVC(t, claim)); req != "100Gi" {
+		t.Errorf("%s requests %s after the revert, want the refused 100Gi still (a request cannot go down to the capacity)", claim, req)
+	}
+	g.WaitStatefulSetEvent(t, "db", "VolumeResizeInfeasible", stsTimeout, claim, "1025Mi")
+	_, st := g.StatefulSet(t, "db")
+	if st == nil || st.Templates[0].InfeasibleReplicas != 1 || !strings.Contains(st.Templates[0].Message, "1025Mi") {
+		t.Errorf("status after the revert: %+v; want 1 infeasible replica and the size that recovers", st)
+	}
+
+	g.helmRelease(t, helm, "upgrade", "db", append(values, "size=2Gi")...)
+	g.waitRecreated(t, "db", reverted.UID, "2Gi")
+	g.waitDone(t, claim, "2Gi")
+	if r := g.wait(t, "db"); r.Code != 0 {
+		t.Errorf("wait after an upgrade above the capacity: %s; want exit 0", r)
+	}
 }
