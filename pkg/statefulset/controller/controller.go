@@ -102,9 +102,10 @@ type Controller struct {
 
 	// events dedups the Warning events (see recordEvents).
 	events *eventCache
-	// invalidDesire and invalidRecord dedup the events about an unusable
-	// desired-templates annotation and an unreadable re-create record.
-	invalidDesire, invalidRecord onceCache
+	// invalidDesire, invalidRecord and recreateHeldBack dedup the events
+	// about an unusable desired-templates annotation, an unreadable re-create
+	// record and a re-create held back.
+	invalidDesire, invalidRecord, recreateHeldBack onceCache
 	// fresh holds the versions this process's PVC patches and status writes
 	// replaced (keys from writeKey), until the cache shows the writes.
 	fresh *freshness.Tracker
@@ -241,6 +242,7 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 		c.metrics.ForgetStatefulSet(namespace, name)
 		c.events.forget(key)
 		c.invalidDesire.forget(key)
+		c.recreateHeldBack.forget(key)
 		c.fresh.Forget(writeKey("sts", namespace, name))
 		sts = nil
 	} else if err != nil {
@@ -252,8 +254,9 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 	}
 	var wanted bool
 	if sts != nil {
-		_, ready := c.recreateTemplates(sts)
+		templates, ready := c.recreateTemplates(sts)
 		wanted = c.recreate && ready
+		c.tellRecreateHeldBack(sts, key, templates)
 	}
 	if sts != nil && rec == nil && sts.DeletionTimestamp == nil && !wanted {
 		// The volumes are reconciled with the live object; one about to be
@@ -264,6 +267,21 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 		}
 	}
 	return c.recreateSteps(ctx, namespace, name, sts, rec, wanted)
+}
+
+// tellRecreateHeldBack records a Normal event RecreateWaiting, once per
+// reason, when a re-create is due but held back (recreate.Blocked): `wait`
+// only says it waits for the re-create; the event says why.
+func (c *Controller) tellRecreateHeldBack(sts *appsv1.StatefulSet, key string, templates []corev1.PersistentVolumeClaim) {
+	blocked := recreate.Blocked(sts)
+	if !c.recreate || blocked == "" || !recreate.Pending(true, sts, templates) || !c.optedIn(sts) {
+		c.recreateHeldBack.forget(key)
+		return
+	}
+	if c.recreateHeldBack.first(key, blocked) {
+		c.recorder.Eventf(sts, corev1.EventTypeNormal, EventRecreateWaiting,
+			"The volume claim template change is recorded; the re-create waits: %s (the PVCs follow the change meanwhile)", blocked)
+	}
 }
 
 // reconcile decides and carries out the PVC changes of one StatefulSet and

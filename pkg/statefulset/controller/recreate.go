@@ -21,6 +21,9 @@ const (
 	EventRecreating     = "Recreating"
 	EventRecreated      = "Recreated"
 	EventRecreateFailed = "RecreateFailed"
+	// EventRecreateWaiting: a re-create is due but held back by a rollout
+	// a new object would disturb (recreate.Blocked).
+	EventRecreateWaiting = "RecreateWaiting"
 	// EventRecreatedByOthers: another client created the StatefulSet while
 	// it was absent during a re-create, with other templates than recorded;
 	// its object is kept.

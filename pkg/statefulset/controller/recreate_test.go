@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
@@ -260,5 +261,36 @@ func TestRecordsOnlyFromOwnNamespace(t *testing.T) {
 		if a.GetResource().Resource == "configmaps" && a.GetNamespace() != recordNS {
 			t.Errorf("%s of configmaps in namespace %q: only %s is statefulset-resizer's", a.GetVerb(), a.GetNamespace(), recordNS)
 		}
+	}
+}
+
+// A re-create that a partitioned rollout would be disturbed by waits, and says why once: the
+// PVCs follow the desire meanwhile (rule 7), the status announces the re-create, and nothing is
+// deleted.
+func TestRecreateWaitsForAPartitionedRollout(t *testing.T) {
+	objects := withDesire(cluster(1, appsv1.ParallelPodManagement, "1Gi", "1Gi"), `[{"name":"data","storage":"2Gi"}]`)
+	sts := objects[0].(*appsv1.StatefulSet)
+	sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To[int32](1)}}
+	sts.Status.CurrentRevision = "web-rev0"
+	h := newHarnessWith(t, Options{Recreate: true}, objects...)
+	for range 2 {
+		if err := h.sync(); err != nil {
+			t.Fatal(err)
+		}
+		h.catchUp()
+	}
+	if got := storageOf(h.pvc("data-web-0")); got != "2Gi" {
+		t.Errorf("request %s, want the desired 2Gi while the re-create waits", got)
+	}
+	if st := h.status(); st == nil || !st.Recreate {
+		t.Errorf("status %+v, want the re-create announced", st)
+	}
+	if n := len(h.actions("delete", "statefulsets")) + len(h.actions("create", "configmaps")); n != 0 {
+		t.Errorf("%d deletes or records during a partitioned rollout", n)
+	}
+	ev := h.events()
+	if len(ev) != 1 || !hasEvent(ev, "Normal", EventRecreateWaiting, "partition 1") {
+		t.Errorf("events %q, want one RecreateWaiting naming the partition", ev)
 	}
 }

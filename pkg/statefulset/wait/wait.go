@@ -96,7 +96,7 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 	case len(pending) > 0:
 		return progress("%s", strings.Join(pending, "; "))
 	case hasDesire && st.Recreate:
-		v := progress("volumes resized to the desired templates; waiting for statefulset-resizer to re-create the StatefulSet with them")
+		v := progress("waiting for statefulset-resizer to re-create the StatefulSet with the desired templates (a partitioned or OnDelete rollout holds it back until it is complete: see the StatefulSet's RecreateWaiting event)")
 		v.Recreating = true
 		return v
 	}
