@@ -19,6 +19,8 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -150,7 +152,10 @@ func validateRequested(want []corev1.PersistentVolumeClaim, changes []change) er
 	for i, c := range changes {
 		path := field.NewPath("spec", "volumeClaimTemplates").Index(i)
 		if c.metadata {
-			errs = append(errs, metav1validation.ValidateLabels(want[i].Labels, path.Child("metadata", "labels"))...)
+			// Label by label, in order, so that the error names the key (and is always the same).
+			for _, k := range slices.Sorted(maps.Keys(want[i].Labels)) {
+				errs = append(errs, metav1validation.ValidateLabels(map[string]string{k: want[i].Labels[k]}, path.Child("metadata", "labels").Key(k))...)
+			}
 			errs = append(errs, apivalidation.ValidateAnnotations(want[i].Annotations, path.Child("metadata", "annotations"))...)
 		}
 		if c.class { // compareClass: a non-empty name
