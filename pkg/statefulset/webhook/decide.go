@@ -134,10 +134,14 @@ func recordDesire(old, req *object, changes []change) Decision {
 		return Decision{Reason: err.Error()}
 	}
 	live, _ := decodeTemplates(old.Spec.VolumeClaimTemplates) // for the log and the warning only
+	replaced := ""
+	if prev, ok := old.Metadata.Annotations[desired.Annotation]; ok && prev != value {
+		replaced = pendingChanges(old, prev)
+	}
 	ops := []patchOp{{Op: "replace", Path: "/spec/volumeClaimTemplates", Value: old.Spec.VolumeClaimTemplates}}
 	ops = append(ops, setAnnotation(req.Metadata.Annotations, value))
 	return Decision{Patch: mustMarshal(ops), Reason: "templates differ only in size, class, labels or annotations: live templates kept, desire recorded",
-		From: sizes(live), To: value, Warnings: []string{recordedWarning(ref(old), live, ds)}}
+		From: sizes(live), To: value, Warnings: []string{recordedWarning(ref(old), live, ds, replaced)}}
 }
 
 // validateRequested checks the labels, annotations and class names rule 9

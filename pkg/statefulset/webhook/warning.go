@@ -20,11 +20,16 @@ import (
 const maxListedTemplates = 3
 
 // recordedWarning tells the client that its template change was taken as a
-// desire (rule 9): what changes, what happens next and how to follow it.
-func recordedWarning(ref string, live []corev1.PersistentVolumeClaim, ds []desired.Template) string {
+// desire (rule 9): what changes, what happens next and how to follow it; and,
+// when it replaces a pending change (replaced, "" for none), which one, since
+// what the request leaves at the live values is then no longer asked for.
+func recordedWarning(ref string, live []corev1.PersistentVolumeClaim, ds []desired.Template, replaced string) string {
 	changes := describeChanges(live, ds)
 	if changes != "" {
 		changes = " (" + changes + ")"
+	}
+	if replaced != "" {
+		changes += ", replacing the pending change (" + replaced + ")"
 	}
 	return warning("statefulset-resizer: volume claim templates of %s change%s: statefulset-resizer re-creates the StatefulSet with them, keeping pods and PVCs; follow with `statefulset-resizer wait %s`",
 		ref, changes, ref)
