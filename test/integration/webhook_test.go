@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,9 @@ func TestWebhook(t *testing.T) {
 	t.Run("ServerSideApply", w.testServerSideApply)
 	t.Run("Replace", w.testReplace)
 	t.Run("ClassChange", w.testClassChange)
+	t.Run("TemplateMetadata", w.testTemplateMetadata)
+	t.Run("LaterEditKeepsDesire", w.testLaterEditKeepsDesire)
+	t.Run("LaterPatchKeepsDesire", w.testLaterPatchKeepsDesire)
 	t.Run("DryRunChangesNothing", w.testDryRun)
 	t.Run("OtherTemplateChangeRefused", w.testOtherChange)
 	t.Run("NotOptedInUntouched", w.testNotOptedIn)
@@ -378,4 +382,211 @@ func (w *webhookEnv) testWebhookDown(t *testing.T) {
 	}
 	// Other updates still go through (failurePolicy Ignore).
 	w.kubectl(t, "-n", w.Namespace, "label", "statefulset/down", "tier=db")
+}
+
+// kubectlOut runs the real kubectl with env added to its environment (EDITOR for kubectl edit)
+// and returns its stdout and stderr: kubectl prints the apiserver's warnings, the webhook's
+// among them, on stderr as "Warning: ...".
+func (w *webhookEnv) kubectlOut(t *testing.T, env []string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := exec.Command(framework.Bin(t, "kubectl"), append([]string{"--kubeconfig=" + w.Cluster.Kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// warned runs kubectl (kubectlOut), which must succeed and print a warning containing want.
+func (w *webhookEnv) warned(t *testing.T, want string, env []string, args ...string) {
+	t.Helper()
+	out, errOut, err := w.kubectlOut(t, env, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+	}
+	if !strings.Contains(errOut, "Warning: "+want) {
+		t.Errorf("kubectl %s printed\n%s\nwant a warning containing %q", strings.Join(args, " "), errOut, want)
+	}
+}
+
+// editor writes a kubectl editor: a script that runs sed with expr on the file kubectl edit
+// hands it, and returns the EDITOR setting for it.
+func (w *webhookEnv) editor(t *testing.T, expr string) []string {
+	t.Helper()
+	f, err := os.CreateTemp(w.dir, "editor-*.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "#!/bin/sh\nexec sed -i -e '%s' \"$1\"\n", expr); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Chmod(0o755); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"EDITOR=" + f.Name(), "KUBE_EDITOR=" + f.Name()}
+}
+
+// recordedWarning and keptWarning are the beginnings of the webhook's warnings for name when
+// it records a desire (rule 9) and when an update keeps one (rule 10).
+func (w *webhookEnv) recordedWarning(name string) string {
+	return "statefulset-resizer: volume claim templates of " + w.Namespace + "/" + name + " change"
+}
+
+func (w *webhookEnv) keptWarning(name string) string {
+	return "statefulset-resizer: this update keeps the pending volume claim template change of " + w.Namespace + "/" + name
+}
+
+func desireWithMetadata(size string, labels, annotations map[string]string) string {
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	b, err := json.Marshal([]desired.Template{{Name: scenario.TemplateName, Storage: resource.MustParse(size),
+		Metadata: &desired.Metadata{Labels: labels, Annotations: annotations}}})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// liveMetadata checks the live template's labels and annotations (the apiserver must keep them).
+func liveMetadata(t *testing.T, s *appsv1.StatefulSet, labels, annotations map[string]string) {
+	t.Helper()
+	got := s.Spec.VolumeClaimTemplates[0].ObjectMeta
+	if fmt.Sprint(got.Labels) != fmt.Sprint(labels) || fmt.Sprint(got.Annotations) != fmt.Sprint(annotations) {
+		t.Errorf("%s: live template labels %v annotations %v, want %v %v (the apiserver must keep them)", s.Name, got.Labels, got.Annotations, labels, annotations)
+	}
+}
+
+// Template labels and annotations (a chart's helm.sh/chart label, say) change like the size:
+// alone or together with a bigger size, by client-side and server-side kubectl apply, the
+// update is accepted with the live templates kept, the desire records the template's labels and
+// annotations, and kubectl prints the webhook's warning. Git back to the live templates cancels
+// the desire. Another template metadata field (the name, generateName) and a label that is not
+// a valid label get the apiserver's usual error.
+func (w *webhookEnv) testTemplateMetadata(t *testing.T) {
+	v1Labels := map[string]string{"app": "db", "helm.sh/chart": "db-1.0.0"}
+	v2Labels := map[string]string{"app": "db", "helm.sh/chart": "db-1.1.0"}
+	noted := map[string]string{"backup.example.com/policy": "daily"}
+	for _, apply := range [][]string{{"apply"}, {"apply", "--server-side"}} {
+		name, force := "meta-csa", apply
+		if len(apply) == 2 {
+			name, force = "meta-ssa", append(apply[:2:2], "--force-conflicts")
+		}
+		t.Run(name, func(t *testing.T) {
+			m := w.manifest(name, "1Gi", true)
+			m.Spec.VolumeClaimTemplates[0].Labels = v1Labels
+			w.kubectl(t, append(apply, "-f", w.write(t, m))...)
+
+			m.Spec.VolumeClaimTemplates[0].Labels = v2Labels
+			w.warned(t, w.recordedWarning(name), nil, append(apply, "-f", w.write(t, m))...)
+			s := w.get(t, w.Namespace, name)
+			expect(t, s, "1Gi", desireWithMetadata("1Gi", v2Labels, nil))
+			liveMetadata(t, s, v1Labels, nil)
+
+			m.Spec.VolumeClaimTemplates[0].Annotations = noted
+			m.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[v1.ResourceStorage] = resource.MustParse("2Gi")
+			w.warned(t, w.recordedWarning(name), nil, append(apply, "-f", w.write(t, m))...)
+			s = w.get(t, w.Namespace, name)
+			expect(t, s, "1Gi", desireWithMetadata("2Gi", v2Labels, noted))
+			liveMetadata(t, s, v1Labels, nil)
+
+			// Another metadata field of the template, with or without a label change: the usual error.
+			renamed := m.DeepCopy()
+			renamed.Spec.VolumeClaimTemplates[0].Name = "db"
+			w.refused(t, append(force, "-f", w.write(t, renamed))...)
+			generated := m.DeepCopy()
+			generated.Spec.VolumeClaimTemplates[0].GenerateName = "data-"
+			w.refused(t, append(force, "-f", w.write(t, generated))...)
+			// A label the apiserver would refuse on a PVC is not recorded: the usual error, and a
+			// warning that says why the webhook did not take the change.
+			invalid := m.DeepCopy()
+			invalid.Spec.VolumeClaimTemplates[0].Labels = map[string]string{"app": "db", "helm.sh/chart": "db 1.1.0"}
+			out, err := w.Cluster.Kubectl(t, append(force, "-f", w.write(t, invalid))...)
+			notTaken := "Warning: statefulset-resizer: the volume claim template change of " + w.Namespace + "/" + name +
+				` is not taken: spec.volumeClaimTemplates[0].metadata.labels[helm.sh/chart]: Invalid value: "db 1.1.0"`
+			if err == nil || !strings.Contains(err.Error(), forbiddenTemplates) || !strings.Contains(err.Error(), notTaken) {
+				t.Errorf("an invalid template label: %v %s; want the usual %q and the webhook's warning %q", err, out, forbiddenTemplates, notTaken)
+			}
+			expect(t, w.get(t, w.Namespace, name), "1Gi", desireWithMetadata("2Gi", v2Labels, noted))
+
+			// Git back to the live templates: the desire is cancelled.
+			w.kubectl(t, append(apply, "-f", w.write(t, w.metadataManifest(name, "1Gi", v1Labels)))...)
+			s = w.get(t, w.Namespace, name)
+			expect(t, s, "1Gi", "")
+			liveMetadata(t, s, v1Labels, nil)
+		})
+	}
+}
+
+func (w *webhookEnv) metadataManifest(name, size string, labels map[string]string) *appsv1.StatefulSet {
+	m := w.manifest(name, size, true)
+	m.Spec.VolumeClaimTemplates[0].Labels = labels
+	return m
+}
+
+// Finding 2 of issue 24 at the webhook: the apiserver records field ownership before it calls
+// the webhook, so the kubectl edit that raised the size owns spec.volumeClaimTemplates although
+// the webhook put the live templates back. A second kubectl edit that changes only
+// revisionHistoryLimit must keep the pending change (it used to clear it, silently), and
+// kubectl prints the webhook's warning saying so. Applying the live templates cancels it.
+func (w *webhookEnv) testLaterEditKeepsDesire(t *testing.T) {
+	w.kubectl(t, "create", "-f", w.write(t, w.manifest("edits", "1Gi", true)))
+	ref := "statefulset/edits"
+	w.warned(t, w.recordedWarning("edits"), w.editor(t, "s/storage: 1Gi/storage: 2Gi/"), "-n", w.Namespace, "edit", ref)
+	s := w.get(t, w.Namespace, "edits")
+	expect(t, s, "1Gi", desireJSON("2Gi"))
+	ownsTemplates(t, s, "kubectl-edit")
+
+	w.warned(t, w.keptWarning("edits"), w.editor(t, "s/revisionHistoryLimit: 10/revisionHistoryLimit: 5/"), "-n", w.Namespace, "edit", ref)
+	s = w.get(t, w.Namespace, "edits")
+	expect(t, s, "1Gi", desireJSON("2Gi"))
+	if got := ptr.Deref(s.Spec.RevisionHistoryLimit, -1); got != 5 {
+		t.Errorf("revisionHistoryLimit %d, want the edited 5", got)
+	}
+
+	// What does cancel it: a client-side apply of a manifest with the live templates.
+	w.kubectl(t, "apply", "-f", w.write(t, w.manifest("edits", "1Gi", true)))
+	expect(t, w.get(t, w.Namespace, "edits"), "1Gi", "")
+}
+
+// The same with kubectl patch, as scripts do: a JSON patch raises the size, then a merge patch
+// by the same field manager (kubectl-patch) changes only revisionHistoryLimit. A server-side
+// apply of the live templates cancels it.
+func (w *webhookEnv) testLaterPatchKeepsDesire(t *testing.T) {
+	w.kubectl(t, "create", "-f", w.write(t, w.manifest("patches", "1Gi", true)))
+	ref := "statefulset/patches"
+	w.warned(t, w.recordedWarning("patches"), nil, "-n", w.Namespace, "patch", ref, "--type=json",
+		"-p", `[{"op":"replace","path":"/spec/volumeClaimTemplates/0/spec/resources/requests/storage","value":"3Gi"}]`)
+	s := w.get(t, w.Namespace, "patches")
+	expect(t, s, "1Gi", desireJSON("3Gi"))
+	ownsTemplates(t, s, "kubectl-patch")
+
+	w.warned(t, w.keptWarning("patches"), nil, "-n", w.Namespace, "patch", ref, "--type=merge", "-p", `{"spec":{"revisionHistoryLimit":4}}`)
+	s = w.get(t, w.Namespace, "patches")
+	expect(t, s, "1Gi", desireJSON("3Gi"))
+	if got := ptr.Deref(s.Spec.RevisionHistoryLimit, -1); got != 4 {
+		t.Errorf("revisionHistoryLimit %d, want the patched 4", got)
+	}
+
+	// What does cancel it: a server-side apply of the live templates (--force-conflicts:
+	// kubectl-patch owns the templates, and a manifest lacks the fields the apiserver defaults).
+	w.kubectl(t, "apply", "--server-side", "--force-conflicts", "-f", w.write(t, w.manifest("patches", "1Gi", true)))
+	expect(t, w.get(t, w.Namespace, "patches"), "1Gi", "")
+}
+
+// ownsTemplates checks the premise of finding 2 on the real apiserver: manager's Update entry
+// owns spec.volumeClaimTemplates, although the webhook put the live templates back.
+func ownsTemplates(t *testing.T, s *appsv1.StatefulSet, manager string) {
+	t.Helper()
+	for _, e := range s.ManagedFields {
+		if e.Manager == manager && e.Operation == metav1.ManagedFieldsOperationUpdate && e.FieldsV1 != nil &&
+			strings.Contains(string(e.FieldsV1.Raw), `"f:volumeClaimTemplates"`) {
+			return
+		}
+	}
+	t.Errorf("%s: no Update entry of %s owning f:spec.f:volumeClaimTemplates in %v", s.Name, manager, s.ManagedFields)
 }

@@ -1,30 +1,33 @@
 // Package webhook is statefulset-resizer's mutating admission webhook: it lets an
-// update of a StatefulSet that changes only the storage requests and
-// VolumeAttributesClass names (to a named class, never to none) of its
-// volumeClaimTemplates through the apiserver, which forbids changing the
-// templates, by putting the live templates back into the request and recording
-// the requested ones in the annotation of package desired. The controller then
-// brings the PVCs to the recorded sizes and classes. The rules are
-// docs/design.md §3.9 rules 9-12.
+// update of a StatefulSet that changes only the storage requests,
+// VolumeAttributesClass names (to a named class, never to none), labels and
+// annotations of its volumeClaimTemplates through the apiserver, which forbids
+// changing the templates, by putting the live templates back into the request
+// and recording the requested ones in the annotation of package desired. The
+// controller then re-creates the StatefulSet with the recorded templates and
+// brings the PVCs to them. The rules are docs/design.md §3.9 rules 9-12.
 //
 // Decide is the pure decision over one admission request; Handler serves it as
 // AdmissionReview v1 over HTTPS and never denies a request (the webhook is
 // registered with failurePolicy Ignore: when it is down or says nothing, the
-// apiserver answers as it does without it). Certificates are managed by
-// CertManager (generated, kept in a Secret, CA bundle injected) or read from
-// files by FileCertificate.
+// apiserver answers as it does without it), but warns the client of what
+// happened to its template change or to a pending one. Certificates are
+// managed by CertManager (generated, kept in a Secret, CA bundle injected) or
+// read from files by FileCertificate.
 package webhook
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"reflect"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 )
@@ -57,7 +60,16 @@ type Decision struct {
 	// From and To are the live and the requested templates' sizes and classes
 	// when Patch records a desire (rule 9), for the log.
 	From, To string
+	// Warnings are one-line messages for the client (the admission response's
+	// warnings, printed by kubectl and Helm): what became of its template
+	// change, or of a pending one its update keeps.
+	Warnings []string
 }
+
+// ownFieldManager is the field manager of statefulset-resizer's own writes
+// (the controller's name): they keep a desire without a warning, as no user
+// sees them.
+const ownFieldManager = "statefulset-resizer"
 
 // object is the part of a StatefulSet Decide reads. Templates stay raw JSON so
 // that the live ones go back into the request byte for byte, including fields
@@ -86,41 +98,86 @@ func Decide(r Request) Decision {
 	if v, ok := req.Metadata.Labels[desired.OptInLabel]; ok && v != desired.OptInValue {
 		return Decision{Reason: fmt.Sprintf("opted out: label %s=%q", desired.OptInLabel, v)}
 	}
-	cmp, err := compareTemplates(old.Spec.VolumeClaimTemplates, req.Spec.VolumeClaimTemplates)
+	changes, err := compareTemplates(old.Spec.VolumeClaimTemplates, req.Spec.VolumeClaimTemplates)
 	switch {
 	case err != nil:
-		return Decision{Reason: "templates differ in more than size and class: " + err.Error()}
-	case cmp == sizeOrClassDiffer:
-		return recordDesire(&old, &req)
+		return Decision{Reason: "templates differ in more than size, class, labels and annotations: " + err.Error()}
+	case anyChange(changes):
+		return recordDesire(&old, &req, changes)
 	default:
 		return clearDesire(&old, &req, r.FieldManager)
 	}
 }
 
 // recordDesire is rule 9: the live templates go back into the request and the
-// request's sizes and classes into the annotation.
-func recordDesire(old, req *object) Decision {
+// request's sizes and classes into the annotation, with the labels and
+// annotations of the templates whose labels or annotations change.
+func recordDesire(old, req *object, changes []change) Decision {
 	want, err := decodeTemplates(req.Spec.VolumeClaimTemplates)
 	if err != nil {
 		return Decision{Reason: err.Error()}
+	}
+	if err := validateRequested(want, changes); err != nil {
+		return Decision{Reason: "not recorded: " + err.Error(), Warnings: []string{notTakenWarning(ref(old), err)}}
 	}
 	ds, err := desired.FromTemplates(want)
 	if err != nil {
 		return Decision{Reason: err.Error()}
 	}
+	for i, c := range changes {
+		if c.metadata {
+			ds[i].Metadata = desired.MetadataOf(&want[i])
+		}
+	}
 	value, err := desired.Format(ds)
 	if err != nil {
 		return Decision{Reason: err.Error()}
 	}
-	live, _ := decodeTemplates(old.Spec.VolumeClaimTemplates) // for the log only: "[]" if it does not decode
-	liveValue := sizes(live)
+	live, _ := decodeTemplates(old.Spec.VolumeClaimTemplates) // for the log and the warning only
+	replaced := ""
+	if prev, ok := old.Metadata.Annotations[desired.Annotation]; ok && prev != value {
+		replaced = pendingChanges(old, prev)
+	}
 	ops := []patchOp{{Op: "replace", Path: "/spec/volumeClaimTemplates", Value: old.Spec.VolumeClaimTemplates}}
 	ops = append(ops, setAnnotation(req.Metadata.Annotations, value))
-	return Decision{Patch: mustMarshal(ops), Reason: "templates differ only in size and class: live templates kept, desire recorded", From: liveValue, To: value}
+	return Decision{Patch: mustMarshal(ops), Reason: "templates differ only in size, class, labels or annotations: live templates kept, desire recorded",
+		From: sizes(live), To: value, Warnings: []string{recordedWarning(ref(old), live, ds, replaced)}}
+}
+
+// validateRequested checks the labels, annotations and class names rule 9
+// would record as a PVC's are checked. The apiserver checks none of them on a
+// StatefulSet update (it skips the templates, which it then refuses to change
+// anyway), so a value it would refuse on a PVC, recorded, would fail only
+// later, when the controller re-creates the StatefulSet or patches the PVCs.
+// Left to the apiserver instead, the update gets its usual error at once. The
+// first error only, to keep the warning short.
+func validateRequested(want []corev1.PersistentVolumeClaim, changes []change) error {
+	var errs field.ErrorList
+	for i, c := range changes {
+		path := field.NewPath("spec", "volumeClaimTemplates").Index(i)
+		if c.metadata {
+			// Label by label, in order, so that the error names the key (and is always the same).
+			for _, k := range slices.Sorted(maps.Keys(want[i].Labels)) {
+				errs = append(errs, metav1validation.ValidateLabels(map[string]string{k: want[i].Labels[k]}, path.Child("metadata", "labels").Key(k))...)
+			}
+			errs = append(errs, apivalidation.ValidateAnnotations(want[i].Annotations, path.Child("metadata", "annotations"))...)
+		}
+		if c.class { // compareClass: a non-empty name
+			class := *want[i].Spec.VolumeAttributesClassName
+			for _, msg := range apivalidation.NameIsDNSSubdomain(class, false) {
+				errs = append(errs, field.Invalid(path.Child("spec", "volumeAttributesClassName"), class, msg))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs[0]
 }
 
 // clearDesire is rule 10: with the templates as they are live, a desire is
-// removed when the request re-states the templates, and kept otherwise.
+// removed when the request re-states the templates, and kept otherwise, with
+// a warning to the client, whose update may look like it undid the change.
 func clearDesire(old, req *object, fieldManager string) Decision {
 	oldValue, had := old.Metadata.Annotations[desired.Annotation]
 	if !had {
@@ -129,20 +186,41 @@ func clearDesire(old, req *object, fieldManager string) Decision {
 	if value, ok := req.Metadata.Annotations[desired.Annotation]; !ok || value != oldValue {
 		return Decision{Reason: "templates unchanged; the request itself changes the desire annotation"}
 	}
-	by := restatedBy(old, req, fieldManager)
-	if by == "" {
-		return Decision{Reason: "templates unchanged and not re-stated by the request: desire kept"}
+	if by := restatedBy(old, req, fieldManager); by != "" {
+		ops := []patchOp{{Op: "remove", Path: "/metadata/annotations/" + escapePointer(desired.Annotation)}}
+		return Decision{Patch: mustMarshal(ops), Reason: "the live templates re-stated by " + by + ": desire cleared", From: oldValue}
 	}
-	ops := []patchOp{{Op: "remove", Path: "/metadata/annotations/" + escapePointer(desired.Annotation)}}
-	return Decision{Patch: mustMarshal(ops), Reason: "the live templates re-stated by " + by + ": desire cleared", From: oldValue}
+	d := Decision{Reason: "templates unchanged and not re-stated by the request: desire kept"}
+	if changes := pendingChanges(old, oldValue); changes != "" && fieldManager != ownFieldManager {
+		d.Warnings = []string{keptWarning(ref(old), changes)}
+	}
+	return d
+}
+
+// pendingChanges describes what the desire value changes in the live
+// templates; "" when it changes nothing or cannot be read (the controller
+// tells about an unusable desire).
+func pendingChanges(old *object, value string) string {
+	ds, err := desired.Parse(value)
+	if err != nil {
+		return ""
+	}
+	live, err := decodeTemplates(old.Spec.VolumeClaimTemplates)
+	if err != nil {
+		return ""
+	}
+	return describeChanges(live, ds)
 }
 
 // restatedBy says how the request re-states the templates ("" when it does
-// not): its field manager owns spec.volumeClaimTemplates, or it carries a new
-// client-side apply configuration whose templates are the live ones.
+// not): a server-side apply by its field manager whose configuration has the
+// templates, or a new client-side apply configuration whose templates are the
+// live ones. Nothing else: the apiserver records field ownership before it
+// calls the webhook, so the manager that raised a size owns the templates in
+// its Update entry from then on, whatever its later updates carry.
 func restatedBy(old, req *object, fieldManager string) string {
-	if fieldManager != "" && ownsTemplates(req.Metadata.ManagedFields, fieldManager) {
-		return "field manager " + fieldManager
+	if fieldManager != "" && appliesTemplates(req.Metadata.ManagedFields, fieldManager) {
+		return "a server-side apply by " + fieldManager
 	}
 	reqApplied, ok := req.Metadata.Annotations[lastApplied]
 	if !ok || reqApplied == old.Metadata.Annotations[lastApplied] {
@@ -152,17 +230,20 @@ func restatedBy(old, req *object, fieldManager string) string {
 	if err := json.Unmarshal([]byte(reqApplied), &applied); err != nil {
 		return ""
 	}
-	if cmp, err := compareTemplates(old.Spec.VolumeClaimTemplates, applied.Spec.VolumeClaimTemplates); err != nil || cmp != equal {
+	if !statesTemplates(old.Spec.VolumeClaimTemplates, applied.Spec.VolumeClaimTemplates) {
 		return ""
 	}
 	return "a client-side apply"
 }
 
-// ownsTemplates reports whether manager owns spec.volumeClaimTemplates of the
-// main resource in managedFields.
-func ownsTemplates(managedFields []metav1.ManagedFieldsEntry, manager string) bool {
+// appliesTemplates reports whether manager's server-side apply configuration
+// has spec.volumeClaimTemplates: its Apply entry of the main resource in
+// managedFields owns them. The fields of an Apply entry are exactly those of
+// the configuration last applied; an Update entry's are every field the
+// manager ever changed, so it never counts.
+func appliesTemplates(managedFields []metav1.ManagedFieldsEntry, manager string) bool {
 	for _, e := range managedFields {
-		if e.Manager != manager || e.Subresource != "" || e.FieldsV1 == nil {
+		if e.Manager != manager || e.Operation != metav1.ManagedFieldsOperationApply || e.Subresource != "" || e.FieldsV1 == nil {
 			continue
 		}
 		var fields struct {
@@ -175,6 +256,11 @@ func ownsTemplates(managedFields []metav1.ManagedFieldsEntry, manager string) bo
 		}
 	}
 	return false
+}
+
+// ref names the StatefulSet as NAMESPACE/NAME, as statefulset-resizer wait takes it.
+func ref(o *object) string {
+	return o.Metadata.Namespace + "/" + o.Metadata.Name
 }
 
 // setAnnotation adds (or replaces) the desire annotation.
@@ -216,139 +302,4 @@ func mustMarshal(ops []patchOp) []byte {
 // escapePointer escapes a JSON Pointer reference token (RFC 6901).
 func escapePointer(token string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(token)
-}
-
-type comparison int
-
-const (
-	equal comparison = iota
-	sizeOrClassDiffer
-)
-
-// compareTemplates compares two templates lists: equal, differing only in the
-// storage requests and class names (rule 9, see compareTemplate), or an error
-// saying what else differs.
-func compareTemplates(old, req []json.RawMessage) (comparison, error) {
-	if len(old) != len(req) {
-		return 0, fmt.Errorf("%d templates live, %d in the request", len(old), len(req))
-	}
-	result := equal
-	for i := range old {
-		c, err := compareTemplate(old[i], req[i])
-		if err != nil {
-			return 0, fmt.Errorf("template %d: %w", i, err)
-		}
-		if c == sizeOrClassDiffer {
-			result = sizeOrClassDiffer
-		}
-	}
-	return result, nil
-}
-
-// compareTemplate compares one template: everything but the storage request
-// and the class name as generic JSON (so that a field this binary does not
-// know still counts), the storage request by value, the class name by
-// compareClass. A change of either needs a storage request in both templates:
-// the annotation always records a size.
-func compareTemplate(oldRaw, reqRaw json.RawMessage) (comparison, error) {
-	oldT, err := splitTemplate(oldRaw)
-	if err != nil {
-		return 0, err
-	}
-	reqT, err := splitTemplate(reqRaw)
-	if err != nil {
-		return 0, err
-	}
-	if !reflect.DeepEqual(oldT.rest, reqT.rest) {
-		return 0, fmt.Errorf("differs in more than resources.requests.storage and volumeAttributesClassName")
-	}
-	classChanged, err := compareClass(oldT.class, reqT.class)
-	if err != nil {
-		return 0, err
-	}
-	sizeChanged := !(oldT.size == nil && reqT.size == nil || oldT.size != nil && reqT.size != nil && oldT.size.Cmp(*reqT.size) == 0)
-	switch {
-	case !sizeChanged && !classChanged:
-		return equal, nil
-	case oldT.size == nil && reqT.size == nil:
-		return 0, fmt.Errorf("the class changes but the template has no storage request")
-	case oldT.size == nil || reqT.size == nil:
-		return 0, fmt.Errorf("a storage request is added or removed")
-	}
-	return sizeOrClassDiffer, nil
-}
-
-// compareClass reports whether the request changes the class name; a change
-// to no class (unset or "") is an error. statefulset-resizer can set a class
-// on a volume but not take one away: the PVC's class can be unset only while
-// the volume has not been modified to it yet, so a recorded removal would end
-// in a re-created StatefulSet whose templates say "no class" over volumes that
-// keep one (docs/design.md §3.9 rule 9).
-func compareClass(old, req *string) (bool, error) {
-	if old == nil && req == nil || old != nil && req != nil && *old == *req {
-		return false, nil
-	}
-	if req == nil || *req == "" {
-		return false, fmt.Errorf("volumeAttributesClassName %s -> %s: only a change to a named class is taken", className(old), className(req))
-	}
-	return true, nil
-}
-
-func className(c *string) string {
-	if c == nil {
-		return "unset"
-	}
-	return fmt.Sprintf("%q", *c)
-}
-
-// template is a template split by splitTemplate.
-type template struct {
-	rest  map[string]any     // everything but the two below, generic JSON
-	size  *resource.Quantity // spec.resources.requests.storage, nil when absent
-	class *string            // spec.volumeAttributesClassName, nil when absent or null
-}
-
-// splitTemplate decodes a template as generic JSON and takes its storage
-// request and its class name out of it.
-func splitTemplate(raw json.RawMessage) (template, error) {
-	var t template
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	if err := d.Decode(&t.rest); err != nil || t.rest == nil {
-		return t, fmt.Errorf("not a JSON object: %v", err)
-	}
-	spec, _ := t.rest["spec"].(map[string]any)
-	if c, ok := spec["volumeAttributesClassName"]; ok {
-		switch c := c.(type) {
-		case nil:
-		case string:
-			t.class = &c
-		default:
-			return t, fmt.Errorf("volumeAttributesClassName %v is not a string", c)
-		}
-		delete(spec, "volumeAttributesClassName")
-	}
-	resources, _ := spec["resources"].(map[string]any)
-	requests, _ := resources["requests"].(map[string]any)
-	if s, ok := requests["storage"]; ok {
-		str, isString := s.(string)
-		q, perr := resource.ParseQuantity(str)
-		if !isString || perr != nil {
-			return t, fmt.Errorf("storage request %v is not a quantity", s)
-		}
-		t.size = &q
-		delete(requests, "storage")
-	}
-	return t, nil
-}
-
-// decodeTemplates decodes raw templates into the API type.
-func decodeTemplates(raw []json.RawMessage) ([]corev1.PersistentVolumeClaim, error) {
-	out := make([]corev1.PersistentVolumeClaim, len(raw))
-	for i, r := range raw {
-		if err := json.Unmarshal(r, &out[i]); err != nil {
-			return nil, fmt.Errorf("template %d: %v", i, err)
-		}
-	}
-	return out, nil
 }

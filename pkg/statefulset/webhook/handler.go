@@ -16,7 +16,8 @@ import (
 const maxReviewBytes = 7 << 20
 
 // Handler serves the webhook: it answers every AdmissionReview v1 with
-// allowed, and with the JSON patch of Decide when there is one.
+// allowed, with the JSON patch of Decide when there is one, and with its
+// warnings.
 type Handler struct {
 	Logger klog.Logger
 }
@@ -59,14 +60,19 @@ func (h Handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissio
 		Object: req.Object.Raw, OldObject: req.OldObject.Raw,
 		FieldManager: options.FieldManager,
 	})
-	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	logger := h.Logger.WithValues("statefulset", klog.KRef(req.Namespace, req.Name), "user", req.UserInfo.Username, "dryRun", req.DryRun != nil && *req.DryRun)
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Warnings: d.Warnings}
+	logger := h.Logger.WithValues("statefulset", klog.KRef(req.Namespace, req.Name), "user", req.UserInfo.Username, "dryRun", req.DryRun != nil && *req.DryRun,
+		"fieldManager", options.FieldManager)
 	if d.Patch == nil {
-		logger.V(4).Info("StatefulSet update left as it is", "reason", d.Reason)
+		level := 4 // every update of an opted-in StatefulSet
+		if len(d.Warnings) > 0 {
+			level = 2 // a desire kept or a change not taken: the user was told, so is the log
+		}
+		logger.V(level).Info("StatefulSet update left as it is", "reason", d.Reason, "warnings", d.Warnings)
 		return resp
 	}
 	jsonPatch := admissionv1.PatchTypeJSONPatch
 	resp.PatchType, resp.Patch = &jsonPatch, d.Patch
-	logger.Info("Mutating StatefulSet update", "reason", d.Reason, "from", d.From, "to", d.To, "fieldManager", options.FieldManager)
+	logger.Info("Mutating StatefulSet update", "reason", d.Reason, "from", d.From, "to", d.To, "warnings", d.Warnings)
 	return resp
 }

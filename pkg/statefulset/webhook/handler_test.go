@@ -9,25 +9,31 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 )
 
 func TestHandler(t *testing.T) {
 	logger := klog.Background()
 	h := Handler{Logger: logger}
 	r := update(t, sts(claim("data", "10Gi")), sts(claim("data", "20Gi")), "kubectl")
+	pending := update(t, withAnnotations(sts(claim("data", "10Gi")), desired.Annotation, desire20),
+		withAnnotations(replicasOnly(claim("data", "10Gi")), desired.Annotation, desire20), "kubectl")
 	for _, tc := range []struct {
-		name      string
-		object    []byte
-		wantPatch bool
+		name              string
+		object, oldObject []byte
+		wantPatch         bool
+		wantWarning       string // "": none
 	}{
-		{"size change", r.Object, true},
-		{"no change", r.OldObject, false},
+		{"size change", r.Object, r.OldObject, true, recorded},
+		{"no change", r.OldObject, r.OldObject, false, ""},
+		{"a pending change kept: a warning without a patch", pending.Object, pending.OldObject, false, kept},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := mustJSON(t, map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": map[string]any{
 				"uid": "u-1", "operation": "UPDATE", "name": "web", "namespace": "ns", "dryRun": true,
 				"resource": map[string]string{"group": "apps", "version": "v1", "resource": "statefulsets"},
-				"object":   json.RawMessage(tc.object), "oldObject": json.RawMessage(r.OldObject),
+				"object":   json.RawMessage(tc.object), "oldObject": json.RawMessage(tc.oldObject),
 				"options": map[string]string{"kind": "PatchOptions", "fieldManager": "kubectl"},
 			}})
 			rec := httptest.NewRecorder()
@@ -49,6 +55,7 @@ func TestHandler(t *testing.T) {
 			if tc.wantPatch && !strings.Contains(string(resp.Patch), "/spec/volumeClaimTemplates") {
 				t.Fatalf("patch %s does not put the templates back", resp.Patch)
 			}
+			checkWarning(t, resp.Warnings, tc.wantWarning)
 		})
 	}
 }
