@@ -81,18 +81,19 @@ func compareTemplate(oldRaw, reqRaw json.RawMessage) (change, error) {
 	return c, nil
 }
 
-// compareClass reports whether the request changes the class name; a change
-// to no class (unset or "") is an error. statefulset-resizer can set a class
-// on a volume but not take one away: the PVC's class can be unset only while
-// the volume has not been modified to it yet, so a recorded removal would end
-// in a re-created StatefulSet whose templates say "no class" over volumes that
-// keep one (docs/design.md §3.9 rule 9).
+// compareClass reports whether the request changes the class name. A class
+// removed (unset) is a change like any other: the StatefulSet is re-created
+// without it, and the PVCs' classes follow docs/design.md §3.10 rule 13 (a
+// class this controller set is rolled back where the apiserver allows it,
+// and a class that took effect stays, with a note), which is what lets Git
+// revert a class the driver refused. "" is an error: a PVC made from such a
+// template would be refused (an empty class name is not a class).
 func compareClass(old, req *string) (bool, error) {
 	if old == nil && req == nil || old != nil && req != nil && *old == *req {
 		return false, nil
 	}
-	if req == nil || *req == "" {
-		return false, fmt.Errorf("volumeAttributesClassName %s -> %s: only a change to a named class is taken", className(old), className(req))
+	if req != nil && *req == "" {
+		return false, fmt.Errorf("volumeAttributesClassName %s -> %s: an empty class name is not a class (leave the field out for none)", className(old), className(req))
 	}
 	return true, nil
 }

@@ -1,6 +1,6 @@
 // Package webhook is statefulset-resizer's mutating admission webhook: it lets an
 // update of a StatefulSet that changes only the storage requests,
-// VolumeAttributesClass names (to a named class, never to none), labels and
+// VolumeAttributesClass names (to another class or none, never ""), labels and
 // annotations of its volumeClaimTemplates through the apiserver, which forbids
 // changing the templates, by putting the live templates back into the request
 // and recording the requested ones in the annotation of package desired. The
@@ -162,7 +162,7 @@ func validateRequested(want []corev1.PersistentVolumeClaim, changes []change) er
 			}
 			errs = append(errs, apivalidation.ValidateAnnotations(want[i].Annotations, path.Child("metadata", "annotations"))...)
 		}
-		if c.class { // compareClass: a non-empty name
+		if c.class && want[i].Spec.VolumeAttributesClassName != nil { // compareClass: unset, or a non-empty name
 			class := *want[i].Spec.VolumeAttributesClassName
 			for _, msg := range apivalidation.NameIsDNSSubdomain(class, false) {
 				errs = append(errs, field.Invalid(path.Child("spec", "volumeAttributesClassName"), class, msg))

@@ -239,7 +239,7 @@ func checkRecorded(t *testing.T, r Request, old, req *appsv1.StatefulSet, d Deci
 		t.Fatalf("the recorded desire applied to the live templates gives %v (%v), want the request's %v", applied, err, req.Spec.VolumeClaimTemplates)
 	}
 	if !onlyRule9Differences(old, req) {
-		t.Fatalf("a desire was recorded although the templates differ in more than size, non-empty class, labels and annotations: %v vs %v", old.Spec.VolumeClaimTemplates, req.Spec.VolumeClaimTemplates)
+		t.Fatalf("a desire was recorded although the templates differ in more than size, class (named or none), labels and annotations: %v vs %v", old.Spec.VolumeClaimTemplates, req.Spec.VolumeClaimTemplates)
 	}
 	for i, e := range ds {
 		o, q := old.Spec.VolumeClaimTemplates[i], req.Spec.VolumeClaimTemplates[i]
@@ -301,8 +301,8 @@ func checkUnpatched(t *testing.T, r Request, old, req *appsv1.StatefulSet, d Dec
 
 // onlyRule9Differences is the rule 9 condition, checked on the API types: the
 // request's templates with the live sizes, labels and annotations, and the
-// live classes where the request names a non-empty one, are the live templates
-// (so a class removed or emptied is a difference).
+// live classes where the request names a non-empty one or none, are the live
+// templates (so a class emptied is a difference).
 func onlyRule9Differences(old, req *appsv1.StatefulSet) bool {
 	if len(old.Spec.VolumeClaimTemplates) != len(req.Spec.VolumeClaimTemplates) {
 		return false
@@ -313,7 +313,7 @@ func onlyRule9Differences(old, req *appsv1.StatefulSet) bool {
 			return false
 		}
 		r.Spec.Resources.Requests[corev1.ResourceStorage] = o.Spec.Resources.Requests[corev1.ResourceStorage]
-		if c := r.Spec.VolumeAttributesClassName; c != nil && *c != "" {
+		if c := r.Spec.VolumeAttributesClassName; c == nil || *c != "" {
 			r.Spec.VolumeAttributesClassName = o.Spec.VolumeAttributesClassName
 		}
 		r.Labels, r.Annotations = o.Labels, o.Annotations
