@@ -476,7 +476,7 @@ func TestChartDeploymentArgs(t *testing.T) {
 	}{
 		{nil, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true", "--v=0"}, webhookArgs)},
 		{[]string{"webhook.enabled=false"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true", "--v=0"})},
-		{[]string{"replicas=1", "leaderElection.enabled=false", "recreate=false", "logVerbosity=4"}, slices.Concat(common, []string{"--recreate=false", "--v=4"}, webhookArgs)},
+		{[]string{"replicas=1", "leaderElection.enabled=false", "webhook.enabled=false", "recreate=false", "logVerbosity=4"}, slices.Concat(common, []string{"--recreate=false", "--v=4"})},
 		{[]string{"extraArgs={--resync-period=5m,--kube-api-qps=10}"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true", "--v=0"}, webhookArgs, []string{"--resync-period=5m", "--kube-api-qps=10"})},
 	} {
 		t.Run(strings.Join(c.set, ","), func(t *testing.T) {
@@ -682,6 +682,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}{
 		{[]string{"leaderElection.enabled=false"}, "replicas=2 needs leaderElection.enabled=true"},
 		{[]string{"serviceAccount.create=false"}, "serviceAccount.name is required when serviceAccount.create=false"},
+		{[]string{"recreate=false"}, "recreate=false needs webhook.enabled=false"},
 	} {
 		_, err := renderErr(t, c.set...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
