@@ -95,9 +95,9 @@ func TestLoggingFlagsInvalid(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
-		err = o.ApplyLogging()
+		err = o.Logging.Apply()
 		if err == nil {
-			t.Fatalf("%v: ApplyLogging() = nil, want an error", tc.args)
+			t.Fatalf("%v: Logging.Apply() = nil, want an error", tc.args)
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(err.Error(), w) {

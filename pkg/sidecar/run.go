@@ -66,21 +66,21 @@ func Main(args []string, version string) int {
 	}
 	// Logging first, as in the other sidecars: whatever is logged from here on, the feature
 	// gates' warnings included, comes out in the chosen format.
-	if err := opts.ApplyLogging(); err != nil {
-		return opts.exitWith(2, err)
+	if err := opts.Logging.Apply(); err != nil {
+		return opts.Logging.Fail(os.Stderr, 2, err)
 	}
 	if err := opts.ApplyFeatureGates(); err != nil {
-		return opts.exitWith(2, err)
+		return opts.Logging.Fail(os.Stderr, 2, err)
 	}
 	if err := opts.Validate(); err != nil {
-		return opts.exitWith(2, err)
+		return opts.Logging.Fail(os.Stderr, 2, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Nothing is logged at the default verbosity before the driver answers (csi.Connect moves
 	// csi-lib-utils' connection progress to -v=2), so a start-up failure is the one line below.
 	if err := run(ctx, opts, version); err != nil {
-		return opts.exitWith(1, err)
+		return opts.Logging.Fail(os.Stderr, 1, err)
 	}
 	klog.Flush()
 	return 0
