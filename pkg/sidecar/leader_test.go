@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/csi-resizer/csi-resizer/pkg/internal/lifecycle"
+	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
 )
 
 func TestLeaseName(t *testing.T) {

@@ -16,8 +16,8 @@ import (
 	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
-	"github.com/csi-resizer/csi-resizer/pkg/internal/logging"
 )
 
 // Options are the sidecar's flags that csi-lib-utils' standardflags does not already define.

@@ -33,12 +33,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
 	"github.com/csi-resizer/csi-resizer/pkg/controller"
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/leaseguard"
-	"github.com/csi-resizer/csi-resizer/pkg/internal/lifecycle"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/prioritylimit"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
