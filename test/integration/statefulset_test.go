@@ -677,8 +677,8 @@ func TestStatefulSetResizerLeaderElectionFailover(t *testing.T) {
 	le := []string{"--leader-election", "--leader-election-lease-duration=6s", "--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"}
 	a := s.StartStatefulSetResizer(t, s.ssrKubeconfig, le...)
 	b := s.StartStatefulSetResizer(t, s.ssrKubeconfig, le...)
-	// client-go's leader_election_master_status; its name label is empty (csi-lib-utils does
-	// not name its LeaderElectionConfig), one leader election per process.
+	// client-go's leader_election_master_status; its name label is empty (as csi-lib-utils,
+	// internal/lifecycle does not name its LeaderElectionConfig), one leader election per process.
 	leading := func(p *framework.Process) bool {
 		return scenario.MetricValue(scenario.Scrape(t, p), "leader_election_master_status") == 1
 	}
