@@ -5,7 +5,6 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -96,7 +95,7 @@ func countContaining(lines []string, s string) int {
 func TestReleaseLeaderElectionOnExit(t *testing.T) {
 	e := startMock(t, scenario.Options{NoResizer: true})
 	le := []string{"--leader-election", "--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=1s"}
-	lease := "external-resizer-" + regexp.MustCompile("[^a-zA-Z0-9-]").ReplaceAllString(e.Driver.Name, "-")
+	lease := leaseNameOf(e.Driver.Name)
 	holder := func() string {
 		l, err := e.Client.CoordinationV1().Leases(e.Namespace).Get(e.Ctx, lease, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
