@@ -103,6 +103,9 @@ func NewElector(ctx context.Context, e Election) (*Elector, error) {
 		e.Health.Handle(HealthPath, healthHandler(health.Check))
 	}
 	el.elector, err = leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		// The name labels leader_election_master_status. csi-lib-utils leaves it empty, which
+		// leaves CSIResizerNoLeader (deploy/prometheus) no Lease to tell replicas apart by.
+		Name:            SanitizeName(e.Lease),
 		Lock:            lock,
 		LeaseDuration:   e.LeaseDuration,
 		RenewDeadline:   e.RenewDeadline,

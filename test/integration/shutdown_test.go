@@ -79,6 +79,10 @@ func TestCleanShutdownCSIResizer(t *testing.T) {
 	a := e.StartResizer(t, args...)
 	leader := e.WaitLeaseHolder(t, e.Namespace, lease, time.Minute, "the first replica", func(string) bool { return true })
 	b := e.StartResizer(t, args...)
+	// The leader says so in the metric the CSIResizerNoLeader alert reads, labelled with the Lease.
+	if v := scenario.MetricValue(scenario.Scrape(t, a), "leader_election_master_status", `name="`+lease+`"`); v != 1 {
+		t.Errorf("leader_election_master_status{name=%q} = %v on the leader, want 1", lease, v)
+	}
 
 	if code := terminate(t, b, 30*time.Second); code != 0 {
 		t.Errorf("the standby exited %d on SIGTERM, want 0", code)
