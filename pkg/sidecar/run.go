@@ -155,19 +155,11 @@ func run(ctx context.Context, opts *Options, version string) error {
 		logger.Info("Serving metrics", "address", addr, "path", opts.Common.MetricsPath)
 	}
 
-	var elector *lifecycle.Elector
-	if opts.Common.LeaderElection {
-		e, err := leaderElection(leConfig, opts, driver.Name, mux)
-		if err != nil {
-			return err
-		}
-		if elector, err = lifecycle.NewElector(ctx, e); err != nil {
-			return err
-		}
+	elector, err := newElector(ctx, leConfig, opts, driver.Name, mux)
+	if err != nil {
+		return err
 	}
 	opts.LogStartupNotes(logger)
-	// On the stop, the workers finish their PVC (at most one CSI call, --timeout), then the
-	// Lease is released (with ReleaseLeaderElectionOnExit) and the process exits 0.
 	return lifecycle.Run(ctx, opts.Timeout+stopGracePeriod, elector, func(ctx context.Context) error {
 		factory.Start(ctx.Done())
 		return runAll(ctx, opts.Workers, runners)
@@ -175,7 +167,8 @@ func run(ctx context.Context, opts *Options, version string) error {
 }
 
 // stopGracePeriod is how long, beyond one CSI call (--timeout), a stopping process waits for
-// the controllers' workers to finish the item they are on.
+// the controllers' workers to finish the PVC they are on; then the Lease is released (with
+// ReleaseLeaderElectionOnExit) and the process exits 0 (internal/lifecycle).
 const stopGracePeriod = 5 * time.Second
 
 // runner is a controller's Run.
@@ -553,6 +546,18 @@ func listKey(l v1.ResourceList) string {
 // name is visible, and testable, where it is chosen.
 func leaseName(driver string) string {
 	return lifecycle.SanitizeName("external-resizer-" + driver)
+}
+
+// newElector prepares the leader election with --leader-election, nil without.
+func newElector(ctx context.Context, config *rest.Config, opts *Options, driverName string, mux *http.ServeMux) (*lifecycle.Elector, error) {
+	if !opts.Common.LeaderElection {
+		return nil, nil
+	}
+	e, err := leaderElection(config, opts, driverName, mux)
+	if err != nil {
+		return nil, err
+	}
+	return lifecycle.NewElector(ctx, e)
 }
 
 // leaderElection is the sidecar's Lease-based leader election, as external-resizer's
