@@ -47,7 +47,7 @@ func addWebhookFlags(fs *pflag.FlagSet, o *webhookOptions) {
 	fs.StringVar(&o.certFile, "webhook-tls-cert-file", "", "Serving certificate of the webhook (PEM), e.g. from cert-manager, re-read when it changes. With --webhook-tls-private-key-file, replaces the generated certificates: no Secret is written and no CA bundle injected.")
 	fs.StringVar(&o.keyFile, "webhook-tls-private-key-file", "", "Private key (PEM) of --webhook-tls-cert-file.")
 	fs.DurationVar(&o.checkInterval, "webhook-certificate-check-interval", time.Minute, "How often the generated certificates and the injected CA bundle are checked (renewal, a configuration re-applied without the bundle).")
-	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 10*time.Second, "After SIGTERM, how long the webhook is still served while its readiness ("+webhook.ReadyPath+") fails, so that the Service stops sending the apiserver's calls to this replica before it goes. Give the pod a terminationGracePeriodSeconds above this plus the Lease release (--leader-election-renew-deadline) and "+workerGrace.String()+".")
+	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 10*time.Second, "After SIGTERM, how long the webhook is still served while its readiness ("+webhook.ReadyPath+") fails, so that the Service stops sending the apiserver's calls to this replica before it goes. The pod's terminationGracePeriodSeconds must exceed it: the shipped manifests give 30s more (the workers' "+workerGrace.String()+", the Lease release within --leader-election-renew-deadline, margin).")
 }
 
 func (o *webhookOptions) validate() error {
