@@ -6,12 +6,8 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -19,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -34,6 +30,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
+	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/controller"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
 )
@@ -43,51 +41,60 @@ var version = "dev"
 
 const command = "statefulset-resizer"
 
+// workerGrace is how long, after the stop, the controller's workers get to finish the
+// StatefulSet they are on before the process exits without releasing its Lease.
+const workerGrace = 10 * time.Second
+
+const usage = `Usage: statefulset-resizer [flags]
+       statefulset-resizer wait NAMESPACE/NAME [--timeout 5m] [--kubeconfig FILE] (see wait --help)
+
+Reconciles the volume claim templates of StatefulSets with their PVCs
+(docs/statefulset-resizer.md). Flags take two dashes (--kubeconfig); -v is the
+one short flag.
+
+Flags:
+`
+
 func main() {
-	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(Main(os.Args[1:]))
 }
 
-// Main is the whole command; it returns the exit code.
-func Main(args []string, stdout, stderr io.Writer) int {
+// Main is the whole command; it returns the exit code. Start-up order, as csi-resizer's: parse
+// the flags (a malformed one: exit 2, one plain line) → --help / --version → apply logging →
+// validate the other flags → run. From the logging step on, the reason the process stops is
+// logged in the chosen format (with --logging-format=json, a JSON object).
+func Main(args []string) int {
 	if len(args) > 0 && args[0] == "wait" {
-		return runWait(args[1:], stdout, stderr)
+		return runWait(args[1:])
 	}
-	fs := flag.NewFlagSet(command, flag.ContinueOnError)
+	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	opts := addFlags(fs)
-	klog.InitFlags(fs)
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, "Usage: %s [flags]\n       %s wait NAMESPACE/NAME [--timeout 5m] [--kubeconfig FILE]\n\nFlags:\n", command, command)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return 0
-		}
-		fmt.Fprintf(stderr, "%s: %v (see --help)\n", command, err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s: unexpected argument %q (the only subcommand is \"wait\"; see --help)\n", command, fs.Arg(0))
-		return 2
-	}
-	if opts.showVersion {
-		fmt.Fprintln(stdout, command, version)
+	err := parseFlags(fs, args)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		fmt.Fprint(os.Stdout, usage, fs.FlagUsages())
+		return 0
+	case err != nil:
+		return opts.logging.Fail(os.Stderr, 2, err)
+	case fs.NArg() > 0:
+		return opts.logging.Fail(os.Stderr, 2, fmt.Errorf("unexpected argument %q (the only subcommand is \"wait\"; see --help)", fs.Arg(0)))
+	case opts.showVersion:
+		fmt.Fprintln(os.Stdout, command, version)
 		return 0
 	}
-	if err := opts.validate(); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", command, err)
-		return 2
+	if err := opts.logging.Apply(); err != nil {
+		return opts.logging.Fail(os.Stderr, 2, err)
 	}
-
+	if err := opts.validate(); err != nil {
+		return opts.logging.Fail(os.Stderr, 2, err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	klog.FromContext(ctx).Info("Starting", "command", command, "version", version)
-	err := run(ctx, opts)
-	klog.Flush()
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", command, err)
-		return 1
+	if err := run(ctx, opts); err != nil {
+		return opts.logging.Fail(os.Stderr, 1, err)
 	}
+	klog.Flush()
 	return 0
 }
 
@@ -112,17 +119,20 @@ type options struct {
 	webhook         webhookOptions
 	recreate        bool
 	recordNamespace string
+
+	// logging is component-base's, as csi-resizer's: --logging-format, -v, --vmodule, ...
+	logging *logging.Logging
 }
 
-func addFlags(fs *flag.FlagSet) *options {
-	o := &options{leaderElectionLabels: labelMap{}}
+func addFlags(fs *pflag.FlagSet) *options {
+	o := &options{leaderElectionLabels: labelMap{}, logging: logging.New(command)}
 	fs.BoolVar(&o.showVersion, "version", false, "Show version.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
 	fs.IntVar(&o.workers, "workers", 10, "Number of StatefulSets reconciled in parallel.")
 	fs.Float64Var(&o.qps, "kube-api-qps", 5, "QPS to use while communicating with the kubernetes apiserver.")
 	fs.IntVar(&o.burst, "kube-api-burst", 10, "Burst to use while communicating with the kubernetes apiserver.")
 	fs.DurationVar(&o.resync, "resync-period", 10*time.Minute, "Resync period of the informers: every StatefulSet is re-evaluated this often even without changes. 0 disables it.")
-	fs.BoolVar(&o.leaderElection, "leader-election", false, "Enable leader election (Lease \""+controller.Name+"\").")
+	fs.BoolVar(&o.leaderElection, "leader-election", false, "Enable leader election (Lease \""+controller.Name+"\"). On SIGTERM the leader's workers finish the StatefulSet they are on (at most "+workerGrace.String()+"), then the Lease is released for a standby to take over at once.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease. Defaults to the pod's namespace.")
 	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "Duration that non-leader candidates wait before forcing to acquire leadership.")
 	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "Duration that the acting leader retries refreshing leadership before giving up.")
@@ -133,6 +143,7 @@ func addFlags(fs *flag.FlagSet) *options {
 	addWebhookFlags(fs, &o.webhook)
 	fs.BoolVar(&o.recreate, "recreate", true, "Once the webhook recorded a volume claim template change of an opted-in StatefulSet (annotation csi-resizer.io/desired-volume-claim-templates), replace the StatefulSet by one with those templates right away (crash-safe orphan delete and create; pods and PVCs are kept). false: reconcile the PVCs with the annotation and keep the StatefulSet as it is (needs the webhook off). Re-creates already under way are finished either way.")
 	fs.StringVar(&o.recordNamespace, "recreate-record-namespace", "", "Namespace of the re-create records (ConfigMaps): statefulset-resizer's own, where users cannot write. Defaults to the pod's namespace (POD_NAMESPACE, or the service account's); required out of a cluster.")
+	o.logging.AddFlags(fs)
 	return o
 }
 
@@ -159,7 +170,7 @@ func (o *options) validate() error {
 		return fmt.Errorf("--recreate=false cannot be combined with --webhook-port: the changes the webhook accepts are applied by re-creating the StatefulSet")
 	}
 	if o.leaderElection {
-		// client-go's leader election panics on these; say it in one line.
+		// client-go's leader election refuses these; say it in one line naming the flags.
 		switch {
 		case o.retryPeriod <= 0:
 			return fmt.Errorf("--leader-election-retry-period must be positive, got %s", o.retryPeriod)
@@ -201,21 +212,8 @@ func (m labelMap) Set(value string) error {
 	return nil
 }
 
-// leaderIdentity is this process's identity on the Lease: the host name plus a random suffix.
-// csi-lib-utils' default, the host name alone, gives two replicas on one host (or a pod name
-// reused by a replacement pod) the same identity, and client-go's leader election then lets
-// both lead at once, each renewing "its" Lease.
-func leaderIdentity() (string, error) {
-	host, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("reading the host name for the leader identity: %w", err)
-	}
-	suffix := make([]byte, 4)
-	if _, err := rand.Read(suffix); err != nil {
-		return "", fmt.Errorf("reading randomness for the leader identity: %w", err)
-	}
-	return host + "_" + hex.EncodeToString(suffix), nil
-}
+// Type names the value in --help.
+func (labelMap) Type() string { return "key:value,..." }
 
 func run(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
@@ -249,47 +247,39 @@ func run(ctx context.Context, o *options) error {
 	if o.httpEndpoint != "" {
 		defer serveHTTP(logger, o, mux).Close()
 	}
-
-	done := make(chan error, 1)
-	if o.webhook.port != 0 {
-		// Every replica serves the webhook, leader or not: the apiserver calls any of them.
-		if err := startWebhook(ctx, &o.webhook, client, done); err != nil {
+	var elector *lifecycle.Elector
+	if o.leaderElection {
+		if elector, err = newElector(ctx, o, config, mux); err != nil {
 			return err
 		}
 	}
-	runController := func(ctx context.Context) { done <- ctrl.Run(ctx, o.workers) }
-	if !o.leaderElection {
-		go runController(ctx)
-		return <-done
-	}
-
-	le, err := newLeaderElection(ctx, o, config, mux, runController)
-	if err != nil {
-		return err
-	}
-	return runLeaderElection(ctx, le, done)
+	return runUntilStopped(ctx, o, client, elector, func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
 }
 
-// runLeaderElection runs le until ctx ends or the controller it runs while
-// leading returns on done.
-func runLeaderElection(ctx context.Context, le interface{ Run() error }, done chan error) error {
-	go func() {
-		if err := le.Run(); err != nil {
-			done <- fmt.Errorf("leader election: %w", err)
-		}
-	}()
-	// Once ctx ends, a leading controller gets a moment to stop its workers.
-	ended, grace := ctx.Done(), (<-chan time.Time)(nil)
-	for {
-		select {
-		case err := <-done:
+// runUntilStopped runs the controller (through lifecycle.Run: with an elector only while this
+// process leads) and, on every replica, the webhook, until ctx ends or one of them fails. On the
+// stop the two wind down side by side: the webhook drains (--webhook-shutdown-delay) while the
+// controller's workers finish and the Lease is released, so a standby takes over at once.
+func runUntilStopped(ctx context.Context, o *options, client kubernetes.Interface, elector *lifecycle.Elector, runController func(context.Context) error) error {
+	// stopping ends with the signal, or when the controller or the webhook fails: the process
+	// stops as a whole.
+	stopping, stop := context.WithCancel(ctx)
+	defer stop()
+	var served <-chan error
+	if o.webhook.port != 0 {
+		var err error
+		if served, err = startWebhook(stopping, &o.webhook, client, stop); err != nil {
 			return err
-		case <-ended:
-			ended, grace = nil, time.After(5*time.Second)
-		case <-grace:
-			return nil
 		}
 	}
+	err := lifecycle.Run(stopping, workerGrace, elector, runController)
+	stop()
+	if served != nil {
+		if werr := <-served; werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return err
 }
 
 // serveHTTP serves the metrics and /healthz (and, with leader election, its
@@ -309,34 +299,28 @@ func serveHTTP(logger klog.Logger, o *options, mux *http.ServeMux) *http.Server 
 	return srv
 }
 
-// newLeaderElection prepares the leader election that runs runController
-// while this process leads, as the flags say, until ctx ends.
-func newLeaderElection(ctx context.Context, o *options, config *rest.Config, mux *http.ServeMux, runController func(context.Context)) (interface{ Run() error }, error) {
+// newElector prepares the leader election on the Lease "statefulset-resizer", as the flags
+// say, with its health check on mux when the HTTP endpoint is on. The Lease is always released
+// on a clean stop: unlike csi-resizer, statefulset-resizer has no upstream whose default it must
+// keep.
+func newElector(ctx context.Context, o *options, config *rest.Config, mux *http.ServeMux) (*lifecycle.Elector, error) {
 	// A separate client, so that leader election is not starved when the
 	// controller's client is throttled by --kube-api-qps.
 	leClient, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("creating the leader election client: %w", err)
 	}
-	identity, err := leaderIdentity()
+	identity, err := lifecycle.Identity()
 	if err != nil {
 		return nil, err
 	}
-	le := leaderelection.NewLeaderElection(leClient, controller.Name, runController)
-	le.WithIdentity(identity)
+	e := lifecycle.Election{
+		Client: leClient, Lease: controller.Name, Namespace: o.leaderElectionNamespace, Identity: identity,
+		Labels: o.leaderElectionLabels, LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline,
+		RetryPeriod: o.retryPeriod, Release: true,
+	}
 	if o.httpEndpoint != "" {
-		le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
+		e.Health = mux
 	}
-	if o.leaderElectionNamespace != "" {
-		le.WithNamespace(o.leaderElectionNamespace)
-	}
-	if len(o.leaderElectionLabels) > 0 {
-		le.WithLabels(o.leaderElectionLabels)
-	}
-	le.WithLeaseDuration(o.leaseDuration)
-	le.WithRenewDeadline(o.renewDeadline)
-	le.WithRetryPeriod(o.retryPeriod)
-	le.WithReleaseOnCancel(true) // a clean shutdown hands over at once
-	le.WithContext(ctx)
-	return le, nil
+	return lifecycle.NewElector(ctx, e)
 }

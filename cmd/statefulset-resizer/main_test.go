@@ -2,46 +2,108 @@ package main
 
 import (
 	"bytes"
-	"flag"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
-func runMain(args ...string) (code int, stdout, stderr string) {
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// build compiles the command once for the package's tests: its exit codes and stderr are
+// those of a process (the logging it sets up is the process's, once).
+func build(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "statefulset-resizer-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, command)
+		out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		_ = os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
+// runBinary runs the command with args; nothing here reaches an apiserver, so it ends at once.
+func runBinary(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	bin := build(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var out, errOut bytes.Buffer
-	code = Main(args, &out, &errOut)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && exit.ExitCode() >= 0:
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("%s %v: %v (stderr %q)", command, args, err, errOut.String())
+	}
 	return code, out.String(), errOut.String()
 }
 
 func TestVersionAndHelp(t *testing.T) {
-	code, out, _ := runMain("--version")
+	code, out, _ := runBinary(t, "--version")
 	if code != 0 || out != "statefulset-resizer dev\n" {
 		t.Errorf("--version: %d %q", code, out)
 	}
-	code, out, _ = runMain("--help")
+	code, out, _ = runBinary(t, "--help")
 	if code != 0 {
 		t.Errorf("--help exit %d", code)
 	}
-	for _, f := range []string{"kubeconfig", "workers", "kube-api-qps", "kube-api-burst", "leader-election",
-		"leader-election-namespace", "leader-election-lease-duration", "leader-election-renew-deadline",
-		"leader-election-retry-period", "leader-election-labels", "http-endpoint", "metrics-path", "resync-period",
-		"version", "v", "vmodule", "wait NAMESPACE/NAME", "webhook-port", "webhook-service-name", "webhook-namespace",
-		"webhook-host", "webhook-secret-name", "webhook-configuration-name", "webhook-tls-cert-file", "webhook-tls-private-key-file"} {
+	for _, f := range []string{"--kubeconfig", "--workers", "--kube-api-qps", "--kube-api-burst", "--leader-election ",
+		"--leader-election-namespace", "--leader-election-lease-duration", "--leader-election-renew-deadline",
+		"--leader-election-retry-period", "--leader-election-labels", "--http-endpoint", "--metrics-path", "--resync-period",
+		"--version", "-v, --v", "--vmodule", "--logging-format", "--log-flush-frequency", "wait NAMESPACE/NAME",
+		"--webhook-port", "--webhook-service-name", "--webhook-namespace", "--webhook-host", "--webhook-secret-name",
+		"--webhook-configuration-name", "--webhook-tls-cert-file", "--webhook-tls-private-key-file", "--webhook-shutdown-delay"} {
 		if !strings.Contains(out, f) {
 			t.Errorf("--help does not mention %q", f)
 		}
 	}
-	code, out, _ = runMain("wait", "--help")
-	if code != 0 || !strings.Contains(out, "Exit codes") || !strings.Contains(out, "-timeout") {
+	if strings.Contains(out, "logtostderr") {
+		t.Errorf("--help lists klog's own flags:\n%s", out)
+	}
+	code, out, _ = runBinary(t, "wait", "--help")
+	if code != 0 || !strings.Contains(out, "Exit codes") || !strings.Contains(out, "--timeout") || !strings.Contains(out, "--logging-format") {
 		t.Errorf("wait --help: %d %q", code, out)
 	}
 }
 
 func TestFlagDefaults(t *testing.T) {
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	o := addFlags(fs)
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
@@ -49,7 +111,8 @@ func TestFlagDefaults(t *testing.T) {
 	want := options{workers: 10, qps: 5, burst: 10, resync: 10 * time.Minute, leaseDuration: 15 * time.Second,
 		renewDeadline: 10 * time.Second, retryPeriod: 5 * time.Second, metricsPath: "/metrics", leaderElectionLabels: labelMap{},
 		webhook: webhookOptions{serviceName: "statefulset-resizer", secretName: "statefulset-resizer-webhook-tls",
-			configurationName: "statefulset-resizer", checkInterval: time.Minute}, recreate: true}
+			configurationName: "statefulset-resizer", checkInterval: time.Minute, shutdownDelay: 10 * time.Second}, recreate: true,
+		logging: o.logging}
 	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
 		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
 	}
@@ -60,11 +123,17 @@ func TestFlagDefaults(t *testing.T) {
 	if err := o.validate(); err != nil || o.recordNamespace != "ssr-system" {
 		t.Errorf("defaults in a pod do not validate: %v (records' namespace %q)", err, o.recordNamespace)
 	}
+	if o.logging.Config.Format != "text" || o.logging.Config.Verbosity != 0 {
+		t.Errorf("logging defaults %q -v=%d, want text and 0", o.logging.Config.Format, o.logging.Config.Verbosity)
+	}
 	if err := fs.Parse([]string{"--webhook-host", "127.0.0.1,a.example", "--webhook-host", "::1"}); err != nil || o.webhook.hosts.String() != "127.0.0.1,a.example,::1" {
 		t.Errorf("hosts: %v %v", o.webhook.hosts, err)
 	}
 	if err := fs.Parse([]string{"--leader-election-labels", "a:b,c:d"}); err != nil || o.leaderElectionLabels["a"] != "b" || o.leaderElectionLabels["c"] != "d" {
 		t.Errorf("labels: %v %v", o.leaderElectionLabels, err)
+	}
+	if err := fs.Parse([]string{"-v=4", "--recreate=false"}); err != nil || o.logging.Config.Verbosity != 4 || o.recreate {
+		t.Errorf("-v=4 --recreate=false: -v=%d recreate=%t %v", o.logging.Config.Verbosity, o.recreate, err)
 	}
 }
 
@@ -77,14 +146,14 @@ func TestBadInput(t *testing.T) {
 	}{
 		{[]string{"--workers", "0"}, 2, "--workers must be positive"},
 		{[]string{"--workers=-3"}, 2, "--workers must be positive"},
-		{[]string{"--workers", "many"}, 2, "invalid value"},
+		{[]string{"--workers", "many"}, 2, `invalid argument "many" for "--workers"`},
 		{[]string{"--kube-api-qps", "0"}, 2, "--kube-api-qps must be positive"},
 		{[]string{"--metrics-path", "metrics"}, 2, "--metrics-path must start with /"},
 		{[]string{"--resync-period", "-1s"}, 2, "--resync-period must not be negative"},
 		{[]string{"--leader-election", "--leader-election-lease-duration", "5s"}, 2, "lease-duration (5s) must be greater"},
 		{[]string{"--leader-election", "--leader-election-retry-period", "9s"}, 2, "renew-deadline (10s) must be greater than 1.2"},
 		{[]string{"--leader-election-labels", "novalue"}, 2, "malformed label"},
-		{[]string{"--no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"--no-such-flag"}, 2, "unknown flag: --no-such-flag"},
 		{[]string{"--webhook-port", "70000"}, 2, "--webhook-port must be between 0 (webhook off) and 65535"},
 		{[]string{"--webhook-tls-cert-file", "c.pem", "--webhook-tls-private-key-file", "k.pem"}, 2, "need --webhook-port (the webhook is off)"},
 		{[]string{"--webhook-host", "127.0.0.1"}, 2, "--webhook-host needs --webhook-port"},
@@ -92,9 +161,18 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--webhook-port", "9443", "--webhook-tls-cert-file", "c.pem", "--webhook-tls-private-key-file", "k.pem", "--webhook-host", "a.example"}, 2, "--webhook-host is for generated certificates"},
 		{[]string{"--webhook-port", "9443", "--webhook-service-name", ""}, 2, "--webhook-service-name must not be empty"},
 		{[]string{"--webhook-port", "9443", "--webhook-certificate-check-interval", "0s"}, 2, "--webhook-certificate-check-interval must be positive"},
+		{[]string{"--webhook-shutdown-delay=-1s"}, 2, "--webhook-shutdown-delay must not be negative"},
 		{[]string{"--webhook-host", "a b"}, 2, `malformed host "a b"`},
 		{[]string{"--webhook-port", "9443", "--recreate=false"}, 2, "--recreate=false cannot be combined with --webhook-port"},
+		{[]string{"--logging-format=xml"}, 2, "--logging-format"},
+		{[]string{"--logging-format=json", "--vmodule=controller=4"}, 2, "--vmodule"},
 		{[]string{"run"}, 2, `unexpected argument "run"`},
+		// Go's flag package took single-dash long flags; pflag reads them as short flags.
+		{[]string{"-kubeconfig=/k"}, 2, "-kubeconfig=/k: long flags take two dashes: use --kubeconfig=/k"},
+		{[]string{"--workers=2", "-leader-election"}, 2, "use --leader-election"},
+		// klog's own flags are gone.
+		{[]string{"--logtostderr=false"}, 2, "klog's own flags are not accepted"},
+		{[]string{"-log_dir=/tmp"}, 2, "klog's own flags are not accepted"},
 		{[]string{"wait"}, 3, "missing NAMESPACE/NAME"},
 		{[]string{"wait", "--timeout", "1m"}, 3, "missing NAMESPACE/NAME"},
 		{[]string{"wait", "web"}, 3, `want NAMESPACE/NAME, got "web"`},
@@ -102,35 +180,60 @@ func TestBadInput(t *testing.T) {
 		{[]string{"wait", "Default/web"}, 3, `invalid namespace "Default"`},
 		{[]string{"wait", "a/b", "c/d"}, 3, `unexpected argument "c/d"`},
 		{[]string{"wait", "a/b", "--timeout", "0s"}, 3, "--timeout must be positive"},
-		{[]string{"wait", "a/b", "--timeout", "soon"}, 3, "invalid value"},
+		{[]string{"wait", "--timeout", "0s", "a/b"}, 3, "--timeout must be positive"},
+		{[]string{"wait", "a/b", "--interval=0s"}, 3, "--interval must be positive"},
+		{[]string{"wait", "a/b", "--timeout", "soon"}, 3, `invalid argument "soon" for "--timeout"`},
+		{[]string{"wait", "-timeout", "1m", "a/b"}, 3, "use --timeout"},
+		{[]string{"wait", "a/b", "--stderrthreshold=INFO"}, 3, "klog's own flags are not accepted"},
+		{[]string{"wait", "a/b", "--kubeconfig", "/nonexistent/kubeconfig"}, 3, "check --kubeconfig"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Setenv("POD_NAMESPACE", "ssr-system")
-			code, out, errOut := runMain(tc.args...)
+			code, out, errOut := runBinary(t, tc.args...)
 			if code != tc.code || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 || out != "" {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d and one line containing %q", code, out, errOut, tc.code, tc.want)
+			}
+			prefix := command + ": "
+			if tc.args[0] == "wait" {
+				prefix = command + " wait: "
+			}
+			if !strings.HasPrefix(errOut, prefix) {
+				t.Errorf("stderr %q does not start with %q", errOut, prefix)
 			}
 		})
 	}
 }
 
-// The binary's run loop (client from --kubeconfig, informers, workers, the
-// metrics endpoint, leader election) and the wait subcommand's exit codes
-// against a cluster are exercised on a real apiserver, by the StatefulSet
-// tests in test/integration.
-
-// Two processes on one host must not share a Lease identity: client-go would let both lead.
-func TestLeaderIdentityIsUniquePerProcess(t *testing.T) {
-	host, err := os.Hostname()
-	if err != nil {
-		t.Skip(err)
-	}
-	a, errA := leaderIdentity()
-	b, errB := leaderIdentity()
-	if errA != nil || errB != nil {
-		t.Fatal(errA, errB)
-	}
-	if a == b || !strings.HasPrefix(a, host+"_") || !strings.HasPrefix(b, host+"_") {
-		t.Errorf("identities %q and %q: want %s_<random>, different each time", a, b, host)
+// With --logging-format=json, once the logging flags are valid, the reason the command stops
+// is one JSON object on stderr (the controller's and wait's). The runs on a real apiserver
+// (progress lines, a whole run) are test/integration's TestJSONLogging.
+func TestJSONStderr(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--logging-format=json", "--workers=0"}, 2, "--workers must be positive"},
+		{[]string{"--logging-format=json", "--webhook-shutdown-delay=-1s"}, 2, "--webhook-shutdown-delay"},
+		{[]string{"wait", "--logging-format=json"}, 3, "missing NAMESPACE/NAME"},
+		{[]string{"wait", "a/b", "--logging-format=json", "--kubeconfig=/nonexistent/kubeconfig"}, 3, "/nonexistent/kubeconfig"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errOut := runBinary(t, tc.args...)
+			if code != tc.code || out != "" {
+				t.Errorf("exit %d, stdout %q; want exit %d and nothing on stdout", code, out, tc.code)
+			}
+			lines := strings.Split(strings.TrimRight(errOut, "\n"), "\n")
+			if len(lines) != 1 {
+				t.Fatalf("stderr has %d lines, want 1:\n%s", len(lines), errOut)
+			}
+			var entry struct {
+				Msg string `json:"msg"`
+				Err string `json:"err"`
+			}
+			if err := json.Unmarshal([]byte(lines[0]), &entry); err != nil || !strings.Contains(entry.Err, tc.want) || !strings.HasSuffix(entry.Msg, " stops") {
+				t.Errorf("stderr %q (%v): want one JSON object \"... stops\" whose err names %q", lines[0], err, tc.want)
+			}
+		})
 	}
 }

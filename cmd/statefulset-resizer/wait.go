@@ -3,18 +3,19 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
+	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/wait"
 )
 
@@ -28,6 +29,9 @@ csi-resizer.io/desired-volume-claim-templates) count: the wait lasts until the
 volumes have them and, unless the controller runs with --recreate=false, until
 the StatefulSet was re-created with them.
 
+Progress and failures go to stderr: plain lines, or with --logging-format=json
+one JSON object per line. The final success line goes to stdout.
+
 Exit codes:
   0  every template is finished for the current generation
   1  a replica's volume cannot reach the template size without a user action
@@ -38,65 +42,96 @@ Exit codes:
 Flags:
 `
 
-// runWait is the wait subcommand; it returns the exit code.
-func runWait(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(command+" wait", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	timeout := fs.Duration("timeout", 5*time.Minute, "How long to wait.")
-	kubeconfig := fs.String("kubeconfig", "", "Path to the kubeconfig file. Default: $KUBECONFIG, ~/.kube/config, then in-cluster.")
-	interval := fs.Duration("interval", 2*time.Second, "How often to read the StatefulSet.")
-	fail := func(format string, args ...any) int {
-		fmt.Fprintf(stderr, command+" wait: "+format+"\n", args...)
-		return int(wait.Failed)
-	}
+// waitOptions are the wait subcommand's flags.
+type waitOptions struct {
+	timeout, interval time.Duration
+	kubeconfig        string
+	logging           *logging.Logging
+}
 
-	target, err := parseInterspersed(fs, args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stdout, waitUsage)
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
+func addWaitFlags(fs *pflag.FlagSet) *waitOptions {
+	o := &waitOptions{logging: logging.New(command + " wait")}
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "How long to wait.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to the kubeconfig file. Default: $KUBECONFIG, ~/.kube/config, then in-cluster.")
+	fs.DurationVar(&o.interval, "interval", 2*time.Second, "How often to read the StatefulSet.")
+	o.logging.AddFlags(fs)
+	return o
+}
+
+// runWait is the wait subcommand; it returns the exit code. Start-up as the controller's:
+// parse, --help, apply logging, validate; from the logging step on, with
+// --logging-format=json, every line on stderr is a JSON object.
+func runWait(args []string) int {
+	fs := pflag.NewFlagSet(command+" wait", pflag.ContinueOnError)
+	o := addWaitFlags(fs)
+	failed := int(wait.Failed)
+	switch err := parseFlags(fs, args); {
+	case errors.Is(err, pflag.ErrHelp):
+		fmt.Fprint(os.Stdout, waitUsage, fs.FlagUsages())
 		return 0
 	case err != nil:
-		return fail("%v", err)
+		return o.logging.Fail(os.Stderr, failed, err)
 	}
-	if target == "" {
-		return fail("missing NAMESPACE/NAME (see --help)")
+	if err := o.logging.Apply(); err != nil {
+		return o.logging.Fail(os.Stderr, failed, err)
 	}
-	namespace, name, err := wait.ParseTarget(target)
+	namespace, name, err := o.target(fs.Args())
 	if err != nil {
-		return fail("%v", err)
+		return o.logging.Fail(os.Stderr, failed, err)
 	}
-	if *timeout <= 0 {
-		return fail("--timeout must be positive, got %s", *timeout)
-	}
-	if *interval <= 0 {
-		return fail("--interval must be positive, got %s", *interval)
-	}
-
-	client, err := waitClient(*kubeconfig)
+	client, err := waitClient(o.kubeconfig)
 	if err != nil {
-		return fail("%v", err)
+		return o.logging.Fail(os.Stderr, failed, err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ref := klog.KRef(namespace, name)
 	v := wait.Wait(ctx, wait.ClientGetter{Client: client}, namespace, name, wait.Options{
-		Timeout:  *timeout,
-		Interval: *interval,
+		Timeout:  o.timeout,
+		Interval: o.interval,
 		Progress: func(message string) {
-			fmt.Fprintf(stderr, "Waiting for StatefulSet %s/%s: %s\n", namespace, name, message)
+			o.report(false, fmt.Sprintf("Waiting for StatefulSet %s: %s", ref, message), "Waiting for StatefulSet", ref, message)
 		},
 	})
 	switch v.Outcome {
 	case wait.Finished:
-		fmt.Fprintf(stdout, "StatefulSet %s/%s: %s\n", namespace, name, v.Message)
+		fmt.Fprintf(os.Stdout, "StatefulSet %s: %s\n", ref, v.Message)
 	case wait.Infeasible:
-		fmt.Fprintf(stderr, "StatefulSet %s/%s: volume resize infeasible: %s\n", namespace, name, v.Message)
+		o.report(true, fmt.Sprintf("StatefulSet %s: volume resize infeasible: %s", ref, v.Message), "Volume resize infeasible", ref, v.Message)
 	default:
-		fmt.Fprintf(stderr, "StatefulSet %s/%s: %s\n", namespace, name, v.Message)
+		o.report(true, fmt.Sprintf("StatefulSet %s: %s", ref, v.Message), "Wait ended without the volumes resized", ref, v.Message)
 	}
+	klog.Flush()
 	return int(v.Outcome)
+}
+
+// target checks the positional arguments and the other flags' values.
+func (o *waitOptions) target(args []string) (namespace, name string, err error) {
+	switch {
+	case len(args) == 0:
+		return "", "", errors.New("missing NAMESPACE/NAME (see --help)")
+	case len(args) > 1:
+		return "", "", fmt.Errorf("unexpected argument %q: want exactly one NAMESPACE/NAME", args[1])
+	case o.timeout <= 0:
+		return "", "", fmt.Errorf("--timeout must be positive, got %s", o.timeout)
+	case o.interval <= 0:
+		return "", "", fmt.Errorf("--interval must be positive, got %s", o.interval)
+	}
+	return wait.ParseTarget(args[0])
+}
+
+// report writes one line on stderr: plain, or with --logging-format=json the log entry msg
+// (an error when failure) with the StatefulSet ref and message.
+func (o *waitOptions) report(failure bool, plain, msg string, ref klog.ObjectRef, message string) {
+	switch {
+	case !o.logging.Structured():
+		fmt.Fprintln(os.Stderr, plain)
+	case failure:
+		klog.ErrorS(nil, msg, "statefulSet", ref, "message", message)
+	default:
+		klog.InfoS(msg, "statefulSet", ref, "message", message)
+	}
 }
 
 // waitClient makes the wait subcommand's client from the configuration
@@ -121,26 +156,4 @@ func clientConfig(kubeconfig string) (*rest.Config, error) {
 		rules.ExplicitPath = kubeconfig
 	}
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-}
-
-// parseInterspersed parses args into fs and returns the one positional
-// argument ("" if none). Go's flag package stops at the first argument;
-// parsing again after it lets flags follow NAMESPACE/NAME, like kubectl's.
-func parseInterspersed(fs *flag.FlagSet, args []string) (string, error) {
-	var target string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return "", err
-			}
-			return "", fmt.Errorf("%w (see --help)", err)
-		}
-		if fs.NArg() == 0 {
-			return target, nil
-		}
-		if target != "" {
-			return "", fmt.Errorf("unexpected argument %q: want exactly one NAMESPACE/NAME", fs.Arg(0))
-		}
-		target, rest = fs.Arg(0), fs.Args()[1:]
-	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -28,13 +28,16 @@ type webhookOptions struct {
 	configurationName string
 	certFile, keyFile string
 	checkInterval     time.Duration
+	// shutdownDelay is how long the webhook is still served after the stop, while its
+	// readiness fails (webhook.Serve).
+	shutdownDelay time.Duration
 }
 
 // certificateValidity is the lifetime of a generated certificate; it is
 // renewed after two thirds of it.
 const certificateValidity = 365 * 24 * time.Hour
 
-func addWebhookFlags(fs *flag.FlagSet, o *webhookOptions) {
+func addWebhookFlags(fs *pflag.FlagSet, o *webhookOptions) {
 	fs.IntVar(&o.port, "webhook-port", 0, "Port of the admission webhook (HTTPS, path "+webhook.Path+"), served by every replica. 0 disables the webhook.")
 	fs.StringVar(&o.serviceName, "webhook-service-name", "statefulset-resizer", "Service through which the apiserver calls the webhook: the generated serving certificate is for <name>.<namespace>.svc.")
 	fs.StringVar(&o.namespace, "webhook-namespace", "", "Namespace of the webhook's Service and certificate Secret. Defaults to the pod's namespace (POD_NAMESPACE, or the service account's).")
@@ -44,6 +47,7 @@ func addWebhookFlags(fs *flag.FlagSet, o *webhookOptions) {
 	fs.StringVar(&o.certFile, "webhook-tls-cert-file", "", "Serving certificate of the webhook (PEM), e.g. from cert-manager, re-read when it changes. With --webhook-tls-private-key-file, replaces the generated certificates: no Secret is written and no CA bundle injected.")
 	fs.StringVar(&o.keyFile, "webhook-tls-private-key-file", "", "Private key (PEM) of --webhook-tls-cert-file.")
 	fs.DurationVar(&o.checkInterval, "webhook-certificate-check-interval", time.Minute, "How often the generated certificates and the injected CA bundle are checked (renewal, a configuration re-applied without the bundle).")
+	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 10*time.Second, "After SIGTERM, how long the webhook is still served while its readiness ("+webhook.ReadyPath+") fails, so that the Service stops sending the apiserver's calls to this replica before it goes. The pod's terminationGracePeriodSeconds must exceed it: the shipped manifests give 30s more (the workers' "+workerGrace.String()+", the Lease release within --leader-election-renew-deadline, margin).")
 }
 
 func (o *webhookOptions) validate() error {
@@ -53,6 +57,8 @@ func (o *webhookOptions) validate() error {
 		return fmt.Errorf("--webhook-port must be between 0 (webhook off) and 65535, got %d", o.port)
 	case o.port == 0 && files:
 		return fmt.Errorf("--webhook-tls-cert-file and --webhook-tls-private-key-file need --webhook-port (the webhook is off)")
+	case o.shutdownDelay < 0:
+		return fmt.Errorf("--webhook-shutdown-delay must not be negative, got %s", o.shutdownDelay)
 	case o.port == 0 && len(o.hosts) > 0:
 		return fmt.Errorf("--webhook-host needs --webhook-port (the webhook is off)")
 	case o.port == 0:
@@ -72,23 +78,33 @@ func (o *webhookOptions) validate() error {
 }
 
 // startWebhook listens on the webhook port (so that a port in use fails the
-// start) and serves the webhook in the background; a failure of the server
-// is sent on failed.
-func startWebhook(ctx context.Context, o *webhookOptions, client kubernetes.Interface, failed chan<- error) error {
-	getCertificate, err := certificateSource(ctx, o, client)
+// start) and serves the webhook in the background until --webhook-shutdown-delay
+// after stopping ends, draining meanwhile. Serve's result is sent on served; a
+// failure of the server also calls stop, to stop the process.
+func startWebhook(stopping context.Context, o *webhookOptions, client kubernetes.Interface, stop func()) (served <-chan error, err error) {
+	getCertificate, err := certificateSource(stopping, o, client)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	listener, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(o.port)))
 	if err != nil {
-		return fmt.Errorf("listening on --webhook-port=%d: %w", o.port, err)
+		return nil, fmt.Errorf("listening on --webhook-port=%d: %w", o.port, err)
 	}
+	serving, endServing := context.WithCancel(context.WithoutCancel(stopping))
+	context.AfterFunc(stopping, func() {
+		klog.FromContext(stopping).Info("Stopping: the webhook is still served meanwhile", "for", o.shutdownDelay)
+		time.AfterFunc(o.shutdownDelay, endServing)
+	})
+	result := make(chan error, 1)
 	go func() {
-		if err := webhook.Serve(ctx, listener, getCertificate); err != nil {
-			failed <- err
+		defer endServing()
+		err := webhook.Serve(serving, listener, getCertificate, stopping.Done())
+		if err != nil {
+			stop()
 		}
+		result <- err
 	}()
-	return nil
+	return result, nil
 }
 
 // certificateSource is the files, or else the generated certificates, which
@@ -135,6 +151,9 @@ func podNamespace() string {
 type hostList []string
 
 func (h *hostList) String() string { return strings.Join(*h, ",") }
+
+// Type names the value in --help.
+func (h *hostList) Type() string { return "hosts" }
 
 func (h *hostList) Set(value string) error {
 	for _, item := range strings.Split(value, ",") {

@@ -42,18 +42,19 @@ const (
 	webhookPath = "/mutate-statefulset-volume-claim-templates"
 )
 
-// knownFlags are the flags of `statefulset-resizer --help`: today's, klog's -v, and those issue 18
-// adds (the webhook's and --recreate). A chart arg naming anything else would stop the binary at
-// start ("flag provided but not defined").
+// knownFlags are the flags of `statefulset-resizer --help`: the controller's, component-base's
+// logging flags (as csi-resizer's), --recreate and the webhook's. A chart arg naming anything
+// else would stop the binary at start ("unknown flag").
 var knownFlags = []string{
 	"version", "kubeconfig", "workers", "kube-api-qps", "kube-api-burst", "resync-period",
 	"leader-election", "leader-election-namespace", "leader-election-lease-duration",
 	"leader-election-renew-deadline", "leader-election-retry-period", "leader-election-labels",
-	"http-endpoint", "metrics-path", "v", "vmodule",
+	"http-endpoint", "metrics-path",
+	"logging-format", "v", "vmodule", "log-flush-frequency",
 	"recreate",
 	"webhook-port", "webhook-service-name", "webhook-namespace", "webhook-secret-name",
 	"webhook-configuration-name", "webhook-host", "webhook-tls-cert-file", "webhook-tls-private-key-file",
-	"webhook-certificate-check-interval",
+	"webhook-certificate-check-interval", "webhook-shutdown-delay",
 }
 
 var helmPath struct {
@@ -468,16 +469,20 @@ func TestChartDeploymentArgs(t *testing.T) {
 		"--webhook-service-name=statefulset-resizer",
 		"--webhook-secret-name=statefulset-resizer-webhook-tls",
 		"--webhook-configuration-name=statefulset-resizer",
+		"--webhook-shutdown-delay=10s",
 	}
 	common := []string{"--http-endpoint=:8080", "--workers=10"}
+	logs := []string{"--logging-format=text", "--v=0"}
 	for _, c := range []struct {
 		set  []string
 		want []string
 	}{
-		{nil, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true", "--v=0"}, webhookArgs)},
-		{[]string{"webhook.enabled=false"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true", "--v=0"})},
-		{[]string{"replicas=1", "leaderElection.enabled=false", "webhook.enabled=false", "recreate=false", "logVerbosity=4"}, slices.Concat(common, []string{"--recreate=false", "--v=4"})},
-		{[]string{"extraArgs={--resync-period=5m,--kube-api-qps=10}"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true", "--v=0"}, webhookArgs, []string{"--resync-period=5m", "--kube-api-qps=10"})},
+		{nil, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs, webhookArgs)},
+		{[]string{"webhook.enabled=false"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs)},
+		{[]string{"replicas=1", "leaderElection.enabled=false", "webhook.enabled=false", "recreate=false", "logVerbosity=4", "logFormat=json"},
+			slices.Concat(common, []string{"--recreate=false", "--logging-format=json", "--v=4"})},
+		{[]string{"extraArgs={--resync-period=5m,--kube-api-qps=10}"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs, webhookArgs, []string{"--resync-period=5m", "--kube-api-qps=10"})},
+		{[]string{"webhook.shutdownDelaySeconds=0"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs, webhookArgs[:4], []string{"--webhook-shutdown-delay=0s"})},
 	} {
 		t.Run(strings.Join(c.set, ","), func(t *testing.T) {
 			got := deploymentArgs(t, render(t, c.set...))
@@ -683,6 +688,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"leaderElection.enabled=false"}, "replicas=2 needs leaderElection.enabled=true"},
 		{[]string{"serviceAccount.create=false"}, "serviceAccount.name is required when serviceAccount.create=false"},
 		{[]string{"recreate=false"}, "recreate=false needs webhook.enabled=false"},
+		{[]string{"logFormat=xml"}, "logFormat=xml: want text or json"},
+		{[]string{"webhook.shutdownDelaySeconds=-1"}, "webhook.shutdownDelaySeconds=-1: want a whole number of seconds"},
+		{[]string{"webhook.shutdownDelaySeconds=1.5"}, "webhook.shutdownDelaySeconds=1.5: want a whole number of seconds"},
 	} {
 		_, err := renderErr(t, c.set...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -696,19 +704,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 func TestChartWebhookReadinessProbe(t *testing.T) {
 	helmBinary(t) // skips, or fails under CI=true, without helm
 	file := filepath.Join(base, "webhook", "deployment-webhook-port.yaml")
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ops []struct {
-		Op, Path string
-		Value    json.RawMessage
-	}
-	if err := yaml.Unmarshal(data, &ops); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
 	var want *corev1.Probe
-	for _, op := range ops {
+	for _, op := range componentPatch(t) {
 		if op.Op == "add" && op.Path == "/spec/template/spec/containers/0/readinessProbe" {
 			want = &corev1.Probe{}
 			if err := json.Unmarshal(op.Value, want); err != nil {
@@ -724,5 +721,77 @@ func TestChartWebhookReadinessProbe(t *testing.T) {
 	}
 	if got := deployment(t, render(t, "webhook.enabled=false")).Spec.Template.Spec.Containers[0].ReadinessProbe; got != nil {
 		t.Errorf("webhook.enabled=false: readinessProbe %+v, want none (it probes the webhook's port)", got)
+	}
+}
+
+// componentPatch reads the kustomize webhook component's JSON patch of the Deployment.
+func componentPatch(t *testing.T) []struct {
+	Op, Path string
+	Value    json.RawMessage
+} {
+	t.Helper()
+	file := filepath.Join(base, "webhook", "deployment-webhook-port.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []struct {
+		Op, Path string
+		Value    json.RawMessage
+	}
+	if err := yaml.Unmarshal(data, &ops); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return ops
+}
+
+// The pod's terminationGracePeriodSeconds covers a clean stop: the kustomize base's (no
+// webhook) equals the chart's with webhook.enabled=false, the webhook component's (which also
+// sets the drain, --webhook-shutdown-delay) equals the chart's default, and both leave the
+// drain plus 30 s (the workers' 10 s, the Lease release within the renew deadline's 10 s, 10 s
+// of margin).
+func TestChartTerminationGracePeriod(t *testing.T) {
+	helmBinary(t) // skips, or fails under CI=true, without helm
+	var bd appsv1.Deployment
+	decode(t, find(t, baseObjects(t), "Deployment", "statefulset-resizer"), &bd)
+	baseGrace := bd.Spec.Template.Spec.TerminationGracePeriodSeconds
+	var componentGrace *int64
+	var componentDelay string
+	for _, op := range componentPatch(t) {
+		switch {
+		case op.Path == "/spec/template/spec/terminationGracePeriodSeconds" && op.Op == "replace":
+			componentGrace = new(int64)
+			if err := json.Unmarshal(op.Value, componentGrace); err != nil {
+				t.Fatal(err)
+			}
+		case op.Path == "/spec/template/spec/containers/0/args/-" && strings.HasPrefix(string(op.Value), `"--webhook-shutdown-delay=`):
+			if err := json.Unmarshal(op.Value, &componentDelay); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if baseGrace == nil || *baseGrace != 30 {
+		t.Fatalf("kustomize base terminationGracePeriodSeconds %v, want 30", baseGrace)
+	}
+	if componentGrace == nil || componentDelay != "--webhook-shutdown-delay=10s" || *componentGrace != 30+10 {
+		t.Fatalf("webhook component: terminationGracePeriodSeconds %v with %q, want 40 with --webhook-shutdown-delay=10s", componentGrace, componentDelay)
+	}
+	for _, c := range []struct {
+		set   []string
+		want  int64
+		delay string
+	}{
+		{nil, *componentGrace, componentDelay},
+		{[]string{"webhook.enabled=false"}, *baseGrace, ""},
+		{[]string{"webhook.shutdownDelaySeconds=25"}, 55, "--webhook-shutdown-delay=25s"},
+	} {
+		objs := render(t, c.set...)
+		d := deployment(t, objs)
+		if got := d.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != c.want {
+			t.Errorf("--set %v: terminationGracePeriodSeconds %v, want %d", c.set, got, c.want)
+		}
+		if got := flagValue(deploymentArgs(t, objs), "webhook-shutdown-delay"); c.delay != "" && "--webhook-shutdown-delay="+got != c.delay || c.delay == "" && got != "" {
+			t.Errorf("--set %v: --webhook-shutdown-delay=%q, want %q", c.set, got, c.delay)
+		}
 	}
 }

@@ -1,12 +1,10 @@
 package sidecar
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,9 +93,9 @@ func TestLoggingFlagsInvalid(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
-		err = o.ApplyLogging()
+		err = o.Logging.Apply()
 		if err == nil {
-			t.Fatalf("%v: ApplyLogging() = nil, want an error", tc.args)
+			t.Fatalf("%v: Logging.Apply() = nil, want an error", tc.args)
 		}
 		for _, w := range tc.want {
 			if !strings.Contains(err.Error(), w) {
@@ -188,46 +186,6 @@ func TestCheckVolumeAttributesClass(t *testing.T) {
 			}
 			if n := len(d.Actions()); n != tc.wantCalls {
 				t.Errorf("%d discovery calls, want %d", n, tc.wantCalls)
-			}
-		})
-	}
-}
-
-// TestWaitStopped: the controller's own failure is the result; after the stop signal, what it
-// returns is not an error; a standby (never started) is stopped at once; a controller that does
-// not stop within the grace is reported as still running.
-func TestWaitStopped(t *testing.T) {
-	boom := errors.New("boom")
-	for _, tc := range []struct {
-		name        string
-		signal      bool
-		started     bool
-		result      error // sent when non-nil or ended
-		ended       bool
-		wantStopped bool
-		wantErr     error
-	}{
-		{name: "fails by itself", started: true, ended: true, result: boom, wantStopped: true, wantErr: boom},
-		{name: "stopped, returns the stop's error", signal: true, started: true, ended: true, result: boom, wantStopped: true},
-		{name: "stopped before starting", signal: true, wantStopped: true},
-		{name: "stopped, does not end", signal: true, started: true, wantStopped: false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			started, done := make(chan struct{}), make(chan error, 1)
-			if tc.started {
-				close(started)
-			}
-			if tc.signal {
-				cancel()
-			}
-			if tc.ended {
-				done <- tc.result
-			}
-			stopped, err := waitStopped(ctx, 10*time.Millisecond, started, done)
-			if stopped != tc.wantStopped || !errors.Is(err, tc.wantErr) {
-				t.Errorf("waitStopped = %t, %v; want %t, %v", stopped, err, tc.wantStopped, tc.wantErr)
 			}
 		})
 	}

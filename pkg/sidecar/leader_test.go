@@ -6,8 +6,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
 )
 
 func TestLeaseName(t *testing.T) {
@@ -23,41 +24,47 @@ func TestLeaseName(t *testing.T) {
 	}
 }
 
-// TestLeaderElection: the election the sidecar builds asks for upstream's Lease name, and with
-// --leader-election and --http-endpoint the HTTP mux serves /healthz/leader-election; without
-// the endpoint nothing is registered. No election is run: its end exits the process.
+// TestLeaderElection: the election the sidecar builds asks for upstream's Lease name, releases
+// the Lease only with ReleaseLeaderElectionOnExit, and with --leader-election and
+// --http-endpoint the HTTP mux serves /healthz/leader-election; without the endpoint nothing is
+// registered. No election is run.
 func TestLeaderElection(t *testing.T) {
-	var leases []string
-	saved := newElector
-	newElector = func(client kubernetes.Interface, lease string, run func(context.Context)) elector {
-		leases = append(leases, lease)
-		return saved(client, lease, run)
-	}
-	t.Cleanup(func() { newElector = saved })
 	// A client config is enough: building the election does not talk to the API.
 	config := &rest.Config{Host: "http://127.0.0.1:1"}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
 	for _, tc := range []struct {
 		name     string
 		endpoint string
+		gates    map[string]bool
 		want     int
 	}{
-		{"with --http-endpoint", "127.0.0.1:0", http.StatusOK},
-		{"without an HTTP endpoint", "", http.StatusNotFound},
+		{"with --http-endpoint", "127.0.0.1:0", nil, http.StatusOK},
+		{"without an HTTP endpoint", "", nil, http.StatusNotFound},
+		{"with ReleaseLeaderElectionOnExit", "", map[string]bool{"ReleaseLeaderElectionOnExit": true}, http.StatusNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			leases = nil
 			o := defaults(t)
 			o.Common.LeaderElection = true
 			o.Common.HttpEndpoint = tc.endpoint
-			mux := http.NewServeMux()
-			if _, err := newLeaderElection(ctx, config, o, "hostpath.csi.k8s.io", mux, func(context.Context) {}); err != nil {
+			o.gates = tc.gates
+			if err := o.ApplyFeatureGates(); err != nil {
 				t.Fatal(err)
 			}
-			if len(leases) != 1 || leases[0] != "external-resizer-hostpath-csi-k8s-io" {
-				t.Errorf("Leases asked for: %q, want [external-resizer-hostpath-csi-k8s-io]", leases)
+			mux := http.NewServeMux()
+			e, err := leaderElection(config, o, "hostpath.csi.k8s.io", mux)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Lease != "external-resizer-hostpath-csi-k8s-io" {
+				t.Errorf("Lease %q, want external-resizer-hostpath-csi-k8s-io", e.Lease)
+			}
+			if want := tc.gates["ReleaseLeaderElectionOnExit"]; e.Release != want {
+				t.Errorf("Release = %t, want %t (the gate)", e.Release, want)
+			}
+			if e.LeaseDuration != o.Common.LeaderElectionLeaseDuration || e.RenewDeadline != o.Common.LeaderElectionRenewDeadline || e.RetryPeriod != o.Common.LeaderElectionRetryPeriod {
+				t.Errorf("durations %s/%s/%s, want the flags'", e.LeaseDuration, e.RenewDeadline, e.RetryPeriod)
+			}
+			if _, err := lifecycle.NewElector(context.Background(), e); err != nil {
+				t.Fatal(err)
 			}
 			rec := httptest.NewRecorder()
 			mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz/leader-election", nil))

@@ -14,9 +14,9 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/standardflags"
 	cflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/featuregate"
-	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
 )
 
@@ -34,9 +34,10 @@ type Options struct {
 	ExtraModifyMetadata    bool
 	// FeatureGates holds the gates' values once ApplyFeatureGates has run.
 	FeatureGates featuregate.MutableVersionedFeatureGate
-	// Logging is component-base's logging configuration: --logging-format, -v, --vmodule,
-	// --log-flush-frequency and the --log-{text,json}-* options.
-	Logging *logsapi.LoggingConfiguration
+	// Logging is component-base's logging configuration (--logging-format, -v, --vmodule,
+	// --log-flush-frequency and the --log-{text,json}-* options), set up as statefulset-resizer
+	// sets up its own.
+	Logging *logging.Logging
 
 	// gates are the --feature-gates values as given, applied by ApplyFeatureGates once
 	// logging is configured: setting a GA gate logs a warning, which must come out in the
@@ -45,8 +46,6 @@ type Options struct {
 	// startupNotes are what --automaxprocs reports while the flags are parsed, before
 	// logging is configured; LogStartupNotes logs them.
 	startupNotes []string
-	// loggingApplied: ApplyLogging has configured the process's logging.
-	loggingApplied bool
 }
 
 // AddFlags registers every flag on fs. standardflags registers the flags shared by all CSI
@@ -54,7 +53,7 @@ type Options struct {
 // and component-base the logging flags, so they mean exactly what they mean in the other
 // sidecars.
 func AddFlags(fs *flag.FlagSet) *Options {
-	o := &Options{Common: &standardflags.Configuration, FeatureGates: features.NewGate(), Logging: logsapi.NewLoggingConfiguration()}
+	o := &Options{Common: &standardflags.Configuration, FeatureGates: features.NewGate(), Logging: logging.New("csi-resizer")}
 	// standardflags registers --metrics-path and --automaxprocs on flag.CommandLine whatever set
 	// it is given: point the global set at fs meanwhile, so every flag lands in fs.
 	saved := flag.CommandLine
@@ -74,7 +73,7 @@ func AddFlags(fs *flag.FlagSet) *Options {
 	fs.BoolVar(&o.ExtraModifyMetadata, "extra-modify-metadata", false, "Add the PVC name and namespace and the PV name (csi.storage.k8s.io/pvc/name, csi.storage.k8s.io/pvc/namespace, csi.storage.k8s.io/pv/name) to the mutable parameters of ControllerModifyVolume.")
 	fs.Var(&featureGateFlag{gate: o.FeatureGates, values: cflag.NewMapStringBool(&o.gates)}, "feature-gates",
 		"A set of key=value pairs that describe feature gates (those of external-resizer, with its defaults). Options are:\n"+strings.Join(features.Help(o.FeatureGates), "\n"))
-	logsapi.AddGoFlags(o.Logging, fs)
+	o.Logging.AddGoFlags(fs)
 	return o
 }
 

@@ -2,8 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -19,7 +16,6 @@ import (
 	"time"
 	"unique"
 
-	"github.com/kubernetes-csi/csi-lib-utils/leaderelection"
 	csimetrics "github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
@@ -37,6 +33,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
 	"github.com/csi-resizer/csi-resizer/pkg/controller"
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
@@ -66,21 +63,21 @@ func Main(args []string, version string) int {
 	}
 	// Logging first, as in the other sidecars: whatever is logged from here on, the feature
 	// gates' warnings included, comes out in the chosen format.
-	if err := opts.ApplyLogging(); err != nil {
-		return opts.exitWith(2, err)
+	if err := opts.Logging.Apply(); err != nil {
+		return opts.Logging.Fail(os.Stderr, 2, err)
 	}
 	if err := opts.ApplyFeatureGates(); err != nil {
-		return opts.exitWith(2, err)
+		return opts.Logging.Fail(os.Stderr, 2, err)
 	}
 	if err := opts.Validate(); err != nil {
-		return opts.exitWith(2, err)
+		return opts.Logging.Fail(os.Stderr, 2, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Nothing is logged at the default verbosity before the driver answers (csi.Connect moves
 	// csi-lib-utils' connection progress to -v=2), so a start-up failure is the one line below.
 	if err := run(ctx, opts, version); err != nil {
-		return opts.exitWith(1, err)
+		return opts.Logging.Fail(os.Stderr, 1, err)
 	}
 	klog.Flush()
 	return 0
@@ -158,12 +155,21 @@ func run(ctx context.Context, opts *Options, version string) error {
 		logger.Info("Serving metrics", "address", addr, "path", opts.Common.MetricsPath)
 	}
 
+	elector, err := newElector(ctx, leConfig, opts, driver.Name, mux)
+	if err != nil {
+		return err
+	}
 	opts.LogStartupNotes(logger)
-	return runUntilStopped(ctx, opts, leConfig, driver.Name, mux, func(ctx context.Context) error {
+	return lifecycle.Run(ctx, opts.Timeout+stopGracePeriod, elector, func(ctx context.Context) error {
 		factory.Start(ctx.Done())
 		return runAll(ctx, opts.Workers, runners)
 	})
 }
+
+// stopGracePeriod is how long, beyond one CSI call (--timeout), a stopping process waits for
+// the controllers' workers to finish the PVC they are on; then the Lease is released (with
+// ReleaseLeaderElectionOnExit) and the process exits 0 (internal/lifecycle).
+const stopGracePeriod = 5 * time.Second
 
 // runner is a controller's Run.
 type runner func(ctx context.Context, workers int) error
@@ -534,76 +540,55 @@ func listKey(l v1.ResourceList) string {
 	return b.String()
 }
 
-// elector is the part of csi-lib-utils' leader election the sidecar configures and runs.
-type elector interface {
-	WithIdentity(identity string)
-	WithNamespace(namespace string)
-	WithLabels(labels map[string]string)
-	WithLeaseDuration(d time.Duration)
-	WithRenewDeadline(d time.Duration)
-	WithRetryPeriod(d time.Duration)
-	WithReleaseOnCancel(release bool)
-	WithContext(ctx context.Context)
-	PrepareHealthCheck(s leaderelection.Server, timeout time.Duration)
-	Run() error
-}
-
-// newElector creates the leader election for a Lease. A variable so that a unit test can see
-// which Lease is asked for without running an election (whose end exits the process).
-var newElector = func(client kubernetes.Interface, lease string, run func(context.Context)) elector {
-	return leaderelection.NewLeaderElection(client, lease, run)
-}
-
 // leaseName is upstream external-resizer's Lease name for a driver: "external-resizer-" and
-// the driver name with every character a Lease name cannot hold turned into "-" (and an "X"
-// appended when it would end in "-"), csi-lib-utils' sanitizing. Sanitized here rather than
-// left to csi-lib-utils so the name is visible, and testable, where it is chosen.
+// the driver name, sanitized as csi-lib-utils sanitizes it (every character a Lease name cannot
+// hold turned into "-", and an "X" appended when it would end in "-"). Sanitized here so the
+// name is visible, and testable, where it is chosen.
 func leaseName(driver string) string {
-	name := invalidLeaseChars.ReplaceAllString("external-resizer-"+driver, "-")
-	if strings.HasSuffix(name, "-") {
-		name += "X"
-	}
-	return name
+	return lifecycle.SanitizeName("external-resizer-" + driver)
 }
 
-var invalidLeaseChars = regexp.MustCompile("[^a-zA-Z0-9-]")
+// newElector prepares the leader election with --leader-election, nil without.
+func newElector(ctx context.Context, config *rest.Config, opts *Options, driverName string, mux *http.ServeMux) (*lifecycle.Elector, error) {
+	if !opts.Common.LeaderElection {
+		return nil, nil
+	}
+	e, err := leaderElection(config, opts, driverName, mux)
+	if err != nil {
+		return nil, err
+	}
+	return lifecycle.NewElector(ctx, e)
+}
 
-// newLeaderElection builds csi-lib-utils' Lease-based leader election, and registers its
-// health check (/healthz/leader-election) on mux when the HTTP endpoint is on. The Lease name
-// is upstream's (leaseName), so an upgrade from external-resizer keeps one leader. The identity
-// is the host name plus a random suffix: csi-lib-utils' default, the host name alone, lets two
-// resizers on one host (or one with a reused pod name) both believe they lead.
-func newLeaderElection(ctx context.Context, config *rest.Config, opts *Options, driverName string, mux *http.ServeMux, run func(context.Context)) (elector, error) {
+// leaderElection is the sidecar's Lease-based leader election, as external-resizer's
+// (csi-lib-utils) with the flags' settings: the Lease name is upstream's (leaseName), so an
+// upgrade from external-resizer keeps one leader; its health check (/healthz/leader-election)
+// is served when the HTTP endpoint is on; the Lease is released on the stop only with
+// ReleaseLeaderElectionOnExit, as in external-resizer. The identity is the host name plus a
+// random suffix (lifecycle.Identity).
+func leaderElection(config *rest.Config, opts *Options, driverName string, mux *http.ServeMux) (lifecycle.Election, error) {
 	// A client of its own, so a throttled controller cannot starve lease renewals.
 	leClient, err := kubernetes.NewForConfig(config)
 	if err != nil {
-		return nil, fmt.Errorf("creating the leader election client: %w", err)
+		return lifecycle.Election{}, fmt.Errorf("creating the leader election client: %w", err)
 	}
-	host, err := os.Hostname()
+	identity, err := lifecycle.Identity()
 	if err != nil {
-		return nil, fmt.Errorf("reading the host name for the leader identity: %w", err)
+		return lifecycle.Election{}, err
 	}
-	le := newElector(leClient, leaseName(driverName), run)
-	suffix := make([]byte, 4)
-	if _, err := rand.Read(suffix); err != nil {
-		return nil, fmt.Errorf("reading randomness for the leader identity: %w", err)
+	e := lifecycle.Election{
+		Client:        leClient,
+		Lease:         leaseName(driverName),
+		Namespace:     opts.Common.LeaderElectionNamespace,
+		Identity:      identity,
+		Labels:        opts.Common.LeaderElectionLabels,
+		LeaseDuration: opts.Common.LeaderElectionLeaseDuration,
+		RenewDeadline: opts.Common.LeaderElectionRenewDeadline,
+		RetryPeriod:   opts.Common.LeaderElectionRetryPeriod,
+		Release:       opts.FeatureGates.Enabled(features.ReleaseLeaderElectionOnExit),
 	}
-	le.WithIdentity(host + "_" + hex.EncodeToString(suffix))
-	if opts.Common.LeaderElectionNamespace != "" {
-		le.WithNamespace(opts.Common.LeaderElectionNamespace)
-	}
-	if len(opts.Common.LeaderElectionLabels) > 0 {
-		le.WithLabels(opts.Common.LeaderElectionLabels)
-	}
-	le.WithLeaseDuration(opts.Common.LeaderElectionLeaseDuration)
-	le.WithRenewDeadline(opts.Common.LeaderElectionRenewDeadline)
-	le.WithRetryPeriod(opts.Common.LeaderElectionRetryPeriod)
-	// ctx ends only once the controller has stopped (runUntilStopped), and then the Lease is
-	// released only with ReleaseLeaderElectionOnExit, as in external-resizer.
-	le.WithReleaseOnCancel(opts.FeatureGates.Enabled(features.ReleaseLeaderElectionOnExit))
-	le.WithContext(ctx)
 	if opts.HTTPAddress() != "" {
-		le.PrepareHealthCheck(mux, leaderelection.DefaultHealthCheckTimeout)
+		e.Health = mux
 	}
-	return le, nil
+	return e, nil
 }

@@ -677,10 +677,9 @@ func TestStatefulSetResizerLeaderElectionFailover(t *testing.T) {
 	le := []string{"--leader-election", "--leader-election-lease-duration=6s", "--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"}
 	a := s.StartStatefulSetResizer(t, s.ssrKubeconfig, le...)
 	b := s.StartStatefulSetResizer(t, s.ssrKubeconfig, le...)
-	// client-go's leader_election_master_status; its name label is empty (csi-lib-utils does
-	// not name its LeaderElectionConfig), one leader election per process.
+	// client-go's leader_election_master_status, labelled with the Lease's name.
 	leading := func(p *framework.Process) bool {
-		return scenario.MetricValue(scenario.Scrape(t, p), "leader_election_master_status") == 1
+		return scenario.MetricValue(scenario.Scrape(t, p), "leader_election_master_status", `name="statefulset-resizer"`) == 1
 	}
 	var leader, follower *framework.Process
 	framework.Eventually(t, time.Minute, func() (bool, string) {

@@ -39,13 +39,14 @@ type Webhook struct {
 
 // StartWebhook runs statefulset-resizer (StartStatefulSetResizer) with kubeconfig, serving the
 // webhook on 127.0.0.1 with generated certificates (Secret in the env's namespace, bundle
-// checked every second), followed by args; registers the shipped configuration by URL
-// (RegisterShippedWebhook) and waits until the apiserver calls the webhook (WaitWebhookActive).
+// checked every second, served 1 s after SIGTERM: there is no Service to drain here), followed
+// by args; registers the shipped configuration by URL (RegisterShippedWebhook) and waits until
+// the apiserver calls the webhook (WaitWebhookActive).
 func (e *Env) StartWebhook(t testing.TB, kubeconfig string, args ...string) *Webhook {
 	t.Helper()
 	port := framework.FreePort(t)
 	p := e.StartStatefulSetResizer(t, kubeconfig, append([]string{
-		fmt.Sprintf("--webhook-port=%d", port), "--webhook-host=127.0.0.1",
+		fmt.Sprintf("--webhook-port=%d", port), "--webhook-host=127.0.0.1", "--webhook-shutdown-delay=1s",
 		"--webhook-namespace=" + e.Namespace, "--webhook-certificate-check-interval=1s"}, args...)...)
 	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, webhook.Path)
 	w := &Webhook{Process: p, URL: url, Configuration: e.RegisterShippedWebhook(t, url)}

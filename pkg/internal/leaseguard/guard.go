@@ -1,6 +1,6 @@
 // Package leaseguard keeps a leader that may have lost its Lease from calling the CSI driver.
 //
-// The leader election (csi-lib-utils over client-go) notices a lost Lease only when a renewal
+// The leader election (client-go's, through internal/lifecycle) notices a lost Lease only when a renewal
 // fails, up to --leader-election-renew-deadline later. A process that was paused (SIGSTOP, a
 // frozen VM, a long stop-the-world) longer than the lease duration wakes up still believing it
 // leads, while another replica has taken the Lease, and for those seconds two resizers call the

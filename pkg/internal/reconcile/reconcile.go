@@ -20,13 +20,20 @@ import (
 type SyncFunc func(ctx context.Context, key string) (time.Duration, error)
 
 // RunWorkers runs workers goroutines over queue until ctx ends, then shuts the queue down and
-// waits for them: a key being synced is finished, not abandoned. kind names the keys in logs.
+// waits for them: a key being synced is finished, not abandoned, and no other key is taken.
+// kind names the keys in logs.
+//
+// The syncs run on a context the end of ctx does not cancel: cancelled, a sync would stop
+// halfway, between a driver call and the write that records its answer, or between the steps
+// of a re-create, and leave the next leader to find out what happened. How long the last syncs
+// may take is bounded by the process (internal/lifecycle's grace period), not here.
 func RunWorkers(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], workers int, kind string, syncKey SyncFunc) {
+	syncCtx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for ProcessNext(ctx, queue, kind, syncKey) {
+			wait.UntilWithContext(ctx, func(context.Context) {
+				for ctx.Err() == nil && ProcessNext(syncCtx, queue, kind, syncKey) {
 				}
 			}, time.Second)
 		})
@@ -36,13 +43,17 @@ func RunWorkers(ctx context.Context, queue workqueue.TypedRateLimitingInterface[
 	wg.Wait()
 }
 
-// ProcessNext waits for one key and syncs it; false once the queue is shut down.
+// ProcessNext waits for one key and syncs it; false once the queue is shut down. A shut-down
+// queue still hands out the keys it holds; they are left alone (the process is stopping).
 func ProcessNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], kind string, syncKey SyncFunc) bool {
 	key, quit := queue.Get()
 	if quit {
 		return false
 	}
 	defer queue.Done(key)
+	if queue.ShuttingDown() {
+		return false
+	}
 	next, err := syncKey(ctx, key)
 	switch {
 	case err != nil:

@@ -63,3 +63,48 @@ func TestRunWorkers(t *testing.T) {
 		t.Error("the queue is not shut down after ctx ended")
 	}
 }
+
+// TestRunWorkersFinishTheKeyOnStop: when ctx ends during a sync, the sync goes on with a context
+// that is not cancelled (its writes are not cut off halfway), RunWorkers returns only once it
+// has finished, and the keys still queued are not synced.
+func TestRunWorkersFinishTheKeyOnStop(t *testing.T) {
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	syncing, finish := make(chan struct{}), make(chan struct{})
+	var synced []string
+	var cancelledInside bool
+	sync := func(ctx context.Context, key string) (time.Duration, error) {
+		synced = append(synced, key)
+		close(syncing)
+		<-finish
+		cancelledInside = ctx.Err() != nil
+		return 0, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	queue.Add("ns/first")
+	go func() { RunWorkers(ctx, queue, 1, "pvc", sync); close(done) }()
+	select {
+	case <-syncing:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first key was not synced")
+	}
+	queue.Add("ns/second")
+	cancel()
+	select {
+	case <-done:
+		t.Fatal("RunWorkers returned while a sync was under way")
+	default:
+	}
+	close(finish)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunWorkers did not return once the sync finished")
+	}
+	if cancelledInside {
+		t.Error("the sync's context was cancelled by the stop")
+	}
+	if len(synced) != 1 {
+		t.Errorf("synced %v, want only ns/first (the stop came before the next key)", synced)
+	}
+}

@@ -100,3 +100,38 @@ sideEffects: None
 timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 reinvocationPolicy: Never
 {{- end }}
+
+{{/*
+--logging-format: text, or json (one JSON object per line on stderr).
+*/}}
+{{- define "statefulset-resizer.logFormat" -}}
+{{- if has .Values.logFormat (list "text" "json") }}{{ .Values.logFormat }}
+{{- else }}
+{{- fail (printf "logFormat=%v: want text or json" .Values.logFormat) }}
+{{- end }}
+{{- end }}
+
+{{/*
+--webhook-shutdown-delay in seconds: a whole number, 0 or more.
+*/}}
+{{- define "statefulset-resizer.webhookShutdownDelaySeconds" -}}
+{{- $d := .Values.webhook.shutdownDelaySeconds }}
+{{- if not (regexMatch "^[0-9]+$" (toString $d)) }}
+{{- fail (printf "webhook.shutdownDelaySeconds=%v: want a whole number of seconds, 0 or more" $d) }}
+{{- end }}
+{{- int $d }}
+{{- end }}
+
+{{/*
+The pod's terminationGracePeriodSeconds: 30 s for the controller (on SIGTERM the leader's
+workers finish the StatefulSet they are on, 10 s at most; then the Lease is released, within
+--leader-election-renew-deadline, 10 s; 10 s of margin), plus the webhook's drain when the webhook
+is on. The drain runs alongside the controller's stop, so this is an upper bound, not a wait: the
+process exits as soon as both are done. The kustomize base has 30, its webhook component 40.
+*/}}
+{{- define "statefulset-resizer.terminationGracePeriodSeconds" -}}
+{{- if .Values.webhook.enabled }}
+{{- add 30 (include "statefulset-resizer.webhookShutdownDelaySeconds" . | int) }}
+{{- else }}30
+{{- end }}
+{{- end }}
