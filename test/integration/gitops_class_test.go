@@ -84,7 +84,7 @@ func TestGitOpsClass(t *testing.T) {
 	g.apply(t, sts)
 	g.waitRecreated(t, "web", recreated.UID, "1Gi")
 	r := g.wait(t, "web")
-	if r.Code != 0 || !strings.Contains(r.Stdout+r.Stderr, "cannot be unset") {
+	if r.Code != 0 || !strings.Contains(r.Stdout+r.Stderr, "refuses to unset") {
 		t.Errorf("wait after the class was removed from Git: %s; want exit 0 with the note that the volumes keep gold", r)
 	}
 	for i := 0; i < 2; i++ {

@@ -200,9 +200,9 @@ func (w *webhookEnv) testReplace(t *testing.T) {
 
 // A VolumeAttributesClass change of a template to a named class (with or without a size
 // change) is taken like a size change: the live template keeps its class and the annotation
-// records the new one. A class removed is left to the apiserver, which refuses it as usual:
-// statefulset-resizer cannot take a class away from a volume. Reverting the class in Git to the
-// live one cancels the desire. No VolumeAttributesClass exists here: a template may name any.
+// records the new one. A class emptied is left to the apiserver, which refuses it as usual; a
+// class removed is taken (how Git reverts a class). Reverting the class in Git to the live one
+// cancels the desire. No VolumeAttributesClass exists here: a template may name any.
 func (w *webhookEnv) testClassChange(t *testing.T) {
 	desire := func(size, class string) string {
 		return fmt.Sprintf(`[{"name":"%s","storage":"%s","volumeAttributesClassName":"%s"}]`, scenario.TemplateName, size, class)
@@ -233,9 +233,7 @@ func (w *webhookEnv) testClassChange(t *testing.T) {
 	expect(t, before, "1Gi", desire("2Gi", "silver"))
 	liveClass(before, ptr.To("gold"))
 
-	// The class removed, or emptied, with or without the size: the usual error, nothing changed.
-	w.refused(t, "apply", "-f", w.write(t, withClass("vac-gold", "2Gi", nil)))
-	w.refused(t, "apply", "-f", w.write(t, withClass("vac-gold", "1Gi", nil)))
+	// The class emptied: the usual error, nothing changed.
 	w.refused(t, "apply", "--server-side", "--force-conflicts", "-f", w.write(t, withClass("vac-gold", "2Gi", ptr.To(""))))
 	after := w.get(t, w.Namespace, "vac-gold")
 	expect(t, after, "1Gi", desire("2Gi", "silver"))
@@ -243,6 +241,13 @@ func (w *webhookEnv) testClassChange(t *testing.T) {
 	if after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("resourceVersion %s -> %s: a refused update changed the object", before.ResourceVersion, after.ResourceVersion)
 	}
+
+	// The class removed, with the size: taken (a revert of a class from Git), the live class kept
+	// until the re-create.
+	w.kubectl(t, "apply", "-f", w.write(t, withClass("vac-gold", "2Gi", nil)))
+	removed := w.get(t, w.Namespace, "vac-gold")
+	expect(t, removed, "1Gi", desireJSON("2Gi"))
+	liveClass(removed, ptr.To("gold"))
 
 	// Git reverted to the live class and size: the desire is cancelled.
 	w.kubectl(t, "apply", "-f", w.write(t, withClass("vac-gold", "1Gi", ptr.To("gold"))))

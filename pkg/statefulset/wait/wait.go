@@ -100,8 +100,24 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 		v.Recreating = true
 		return v
 	}
-	return Verdict{Done: true, Outcome: Finished,
-		Message: fmt.Sprintf("%d volume claim template(s) finished for generation %d", len(sts.Spec.VolumeClaimTemplates), sts.Generation)}
+	msg := fmt.Sprintf("%d volume claim template(s) finished for generation %d", len(sts.Spec.VolumeClaimTemplates), sts.Generation)
+	if notes := templateNotes(sts, st); len(notes) > 0 {
+		// E.g. a request left above the template, or a class that cannot be
+		// unset: done, but worth a line in the CI log.
+		msg += "; notes: " + strings.Join(notes, "; ")
+	}
+	return Verdict{Done: true, Outcome: Finished, Message: msg}
+}
+
+// templateNotes lists the messages of finished templates (the notes of docs/design.md §3.5).
+func templateNotes(sts *appsv1.StatefulSet, st *status.VolumeClaimTemplates) []string {
+	var notes []string
+	for i := range sts.Spec.VolumeClaimTemplates {
+		if ts := st.Template(sts.Spec.VolumeClaimTemplates[i].Name); ts != nil && ts.Message != "" {
+			notes = append(notes, fmt.Sprintf("template %s: %s", ts.TemplateName, ts.Message))
+		}
+	}
+	return notes
 }
 
 // templateStates lists the templates that are infeasible and those still pending, per the

@@ -62,6 +62,13 @@ func TestEvaluate(t *testing.T) {
 		{"finished", sts(3, &status.VolumeClaimTemplates{ObservedGeneration: 3,
 			Templates: []status.Template{finished("data", 3), finished("logs", 3)}}, "data", "logs"), true, Finished,
 			"2 volume claim template(s) finished for generation 3"},
+		{"finished with a note", sts(3, &status.VolumeClaimTemplates{ObservedGeneration: 3,
+			Templates: []status.Template{func() status.Template {
+				f := finished("data", 3)
+				f.Message = `data-web-0: the class "gold" cannot be unset`
+				return f
+			}()}}, "data"), true, Finished,
+			`1 volume claim template(s) finished for generation 3; notes: template data: data-web-0: the class "gold" cannot be unset`},
 		{"infeasible beats in progress", sts(3, &status.VolumeClaimTemplates{ObservedGeneration: 3,
 			Templates: []status.Template{{TemplateName: "data", ReadyReplicas: 1}, {TemplateName: "logs", InfeasibleReplicas: 1,
 				Message: "logs-web-0: cannot resize to 10Gi: OutOfRange: pool full"}}}, "data", "logs"), true, Infeasible,
