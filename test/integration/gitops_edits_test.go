@@ -264,3 +264,74 @@ func TestGitOpsHelmRevertFromInfeasible(t *testing.T) {
 		t.Errorf("wait after an upgrade above the capacity: %s; want exit 0", r)
 	}
 }
+
+// Item 5 of issue 24 with the real helm: a chart that puts its version into the volume claim
+// template's labels, as many do. Without the webhook every upgrade of the chart would fail with
+// the apiserver's "Forbidden: updates to statefulset spec"; with it, the upgrade succeeds (Helm
+// prints the webhook's warning), the StatefulSet is re-created with the new labels, and the PVCs
+// get them, a label a person put on a PVC is kept, and a label the template drops is removed
+// from the PVCs only because statefulset-resizer had set it.
+func TestGitOpsTemplateLabels(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := gitOpsHelm(t, root)
+	g := startGitOpsEnv(t)
+	chart := func(version string, extra ...string) []string {
+		return append([]string{"replicas=2", `templateLabels.helm\.sh/chart=db-` + version}, extra...)
+	}
+	sts := g.gitManifest("db", 2, appsv1.ParallelPodManagement, "1Gi")
+	g.createWithSpareBy(t, sts, 0, func() { g.helmRelease(t, helm, "install", "db", chart("1.0")...) })
+	old, _ := g.WaitTemplateStatus(t, "db", stsTimeout, scenario.Finished)
+	claims := []string{scenario.ClaimName("db", 0), scenario.ClaimName("db", 1)}
+	pvc := g.PVC(t, claims[0])
+	pvc.Labels["backup"] = "daily"
+	if _, err := g.Client.CoreV1().PersistentVolumeClaims(g.Namespace).Update(g.Ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	out := g.helmRelease(t, helm, "upgrade", "db", chart("1.1", "templateLabels.tier=gold")...)
+	if !strings.Contains(out, "statefulset-resizer:") {
+		t.Errorf("helm upgrade printed no warning of the webhook:\n%s", out)
+	}
+	recreated := g.waitRecreated(t, "db", old.UID, "1Gi")
+	if l := recreated.Spec.VolumeClaimTemplates[0].Labels; l["helm.sh/chart"] != "db-1.1" || l["tier"] != "gold" {
+		t.Errorf("re-created template labels %v, want the chart's db-1.1 and tier=gold", l)
+	}
+	labels := func(want map[string]string, absent ...string) {
+		t.Helper()
+		for _, claim := range claims {
+			g.WaitClaim(t, claim, stsTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+				for k, v := range want {
+					if pvc.Labels[k] != v {
+						return false, fmt.Sprintf("labels %v, want %s=%s", pvc.Labels, k, v)
+					}
+				}
+				for _, k := range absent {
+					if _, ok := pvc.Labels[k]; ok {
+						return false, fmt.Sprintf("labels %v, want no %s", pvc.Labels, k)
+					}
+				}
+				return true, ""
+			})
+		}
+	}
+	labels(map[string]string{"helm.sh/chart": "db-1.1", "tier": "gold"})
+	if got := g.PVC(t, claims[0]).Labels["backup"]; got != "daily" {
+		t.Errorf("%s: backup=%q, want the person's label kept", claims[0], got)
+	}
+	if r := g.wait(t, "db"); r.Code != 0 {
+		t.Errorf("wait after the label change: %s; want exit 0", r)
+	}
+
+	g.helmRelease(t, helm, "upgrade", "db", chart("1.2")...)
+	g.waitRecreated(t, "db", recreated.UID, "1Gi")
+	labels(map[string]string{"helm.sh/chart": "db-1.2"}, "tier")
+	if got := g.PVC(t, claims[0]).Labels["backup"]; got != "daily" {
+		t.Errorf("%s: backup=%q after the template dropped tier, want the person's label kept", claims[0], got)
+	}
+	if r := g.wait(t, "db"); r.Code != 0 {
+		t.Errorf("wait after the label was dropped: %s; want exit 0", r)
+	}
+}
