@@ -21,6 +21,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -146,11 +147,7 @@ func run(ctx context.Context, opts *Options, version string) error {
 
 	mux := http.NewServeMux()
 	if addr := opts.HTTPAddress(); addr != "" {
-		rec.Register(mm.GetRegistry())
-		mm.GetRegistry().CustomMustRegister(metrics.NewStateCollector(driver.Name,
-			metrics.ClaimLister(driver.Name, pvcs.Lister(), pvs.Lister(), pvcs.Informer().HasSynced, pvs.Informer().HasSynced)))
-		mm.WithAdditionalRegistry(legacyregistry.DefaultGatherer)
-		mm.RegisterToServer(mux, opts.Common.MetricsPath)
+		registerMetrics(mm, rec, driver.Name, pvcs, pvs, mux, opts.Common.MetricsPath)
 		defer serveHTTP(logger, addr, mux).Close()
 		logger.Info("Serving metrics", "address", addr, "path", opts.Common.MetricsPath)
 	}
@@ -164,6 +161,17 @@ func run(ctx context.Context, opts *Options, version string) error {
 		factory.Start(ctx.Done())
 		return runAll(ctx, opts.Workers, runners)
 	})
+}
+
+// registerMetrics registers the recovery metrics, the per-state collector over the PVC and PV
+// caches and the process's own metrics on the metrics manager, served at path on mux.
+func registerMetrics(mm csimetrics.CSIMetricsManager, rec *metrics.Recorder, driver string,
+	pvcs coreinformers.PersistentVolumeClaimInformer, pvs coreinformers.PersistentVolumeInformer, mux *http.ServeMux, path string) {
+	rec.Register(mm.GetRegistry())
+	mm.GetRegistry().CustomMustRegister(metrics.NewStateCollector(driver,
+		metrics.ClaimLister(driver, pvcs.Lister(), pvs.Lister(), pvcs.Informer().HasSynced, pvs.Informer().HasSynced)))
+	mm.WithAdditionalRegistry(legacyregistry.DefaultGatherer)
+	mm.RegisterToServer(mux, path)
 }
 
 // stopGracePeriod is how long, beyond one CSI call (--timeout), a stopping process waits for

@@ -106,11 +106,7 @@ func (g *gitopsEnv) rollPods(t *testing.T, name string, n int) {
 // object still has the 2Gi template, `wait` does not pass while the first volume is at its node
 // step, and once the node steps are played both volumes are at 2Gi and `wait` exits 0.
 func TestGitOpsSecondWriteKeepsPendingChange(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := gitOpsHelm(t, root)
+	helm := gitOpsHelm(t, repoRoot(t))
 	g := startGitOpsNodeStepEnv(t)
 	clients := []struct {
 		name         string
@@ -224,11 +220,7 @@ func (g *gitopsEnv) kubectl(t *testing.T, args ...string) string {
 // the PVC and the smallest size that recovers (above the capacity). An upgrade to that kind of
 // size recovers, and `wait` exits 0.
 func TestGitOpsHelmRevertFromInfeasible(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := gitOpsHelm(t, root)
+	helm := gitOpsHelm(t, repoRoot(t))
 	g := startGitOpsEnv(t)
 	values := []string{"replicas=1", "spelledOut=true"}
 	sts := g.gitManifest("db", 1, appsv1.ParallelPodManagement, "1Gi")
@@ -272,11 +264,7 @@ func TestGitOpsHelmRevertFromInfeasible(t *testing.T) {
 // get them, a label a person put on a PVC is kept, and a label the template drops is removed
 // from the PVCs only because statefulset-resizer had set it.
 func TestGitOpsTemplateLabels(t *testing.T) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := gitOpsHelm(t, root)
+	helm := gitOpsHelm(t, repoRoot(t))
 	g := startGitOpsEnv(t)
 	chart := func(version string, extra ...string) []string {
 		return append([]string{"replicas=2", `templateLabels.helm\.sh/chart=db-` + version}, extra...)

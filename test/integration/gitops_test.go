@@ -165,6 +165,16 @@ func TestGitOpsInfeasible(t *testing.T) {
 	g.equalsManifest(t, sts)
 }
 
+// repoRoot is the repository's root directory.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 // gitOpsHelm returns $HELM, else the helm that hack/build-helm.sh built (cached). When it has
 // not been built, the test is skipped, except under CI=true, where it is built (and a failed
 // build fails the test).

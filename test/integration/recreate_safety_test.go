@@ -183,16 +183,7 @@ func TestRecreateKeepsEditsMadeWhileTerminating(t *testing.T) {
 	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
 	s.CreateStatefulSet(t, s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 1, Policy: appsv1.ParallelPodManagement, Size: "1Gi"}))
 	old, _ := s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
-	kcm := s.Cluster.ControllerManager
-	if err := kcm.Freeze(); err != nil {
-		t.Fatal(err)
-	}
-	thawed := false
-	defer func() {
-		if !thawed {
-			_ = kcm.Thaw()
-		}
-	}()
+	thaw := s.freezeGarbageCollector(t)
 	s.setDesire(t, "web", desire(t, "2Gi"), nil)
 	s.waitTerminating(t, "web", old.UID)
 	for _, args := range [][]string{{"label", "statefulset", "web", "team=storage"}, {"rollout", "restart", "statefulset", "web"}} {
@@ -204,10 +195,7 @@ func TestRecreateKeepsEditsMadeWhileTerminating(t *testing.T) {
 	if edited.UID != old.UID || edited.DeletionTimestamp == nil {
 		t.Fatalf("the edits did not land on the terminating object: uid %s, deleting %v", edited.UID, edited.DeletionTimestamp != nil)
 	}
-	if err := kcm.Thaw(); err != nil {
-		t.Fatal(err)
-	}
-	thawed = true
+	thaw()
 	got := s.waitRecreated(t, "web", old.UID, "2Gi")
 	restartedAt := edited.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"]
 	if got.Labels["team"] != "storage" || restartedAt == "" || got.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] != restartedAt {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -389,16 +390,7 @@ func TestRecreateSurvivesSIGKILL(t *testing.T) {
 	s.CreateStatefulSet(t, s.NewStatefulSet(scenario.StatefulSetOptions{Name: "k", Replicas: 2, Policy: appsv1.ParallelPodManagement, Size: "1Gi"}))
 	old, _ := s.WaitTemplateStatus(t, "k", stsTimeout, scenario.Finished)
 	before := s.pods(t, "k", 2)
-	kcm := s.Cluster.ControllerManager
-	if err := kcm.Freeze(); err != nil {
-		t.Fatal(err)
-	}
-	thawed := false
-	defer func() {
-		if !thawed {
-			_ = kcm.Thaw()
-		}
-	}()
+	thaw := s.freezeGarbageCollector(t)
 
 	s.setDesire(t, "k", desire(t, "2Gi"), nil)
 	sets := s.Client.AppsV1().StatefulSets(s.Namespace)
@@ -406,10 +398,7 @@ func TestRecreateSurvivesSIGKILL(t *testing.T) {
 	if err := ssr.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if err := kcm.Thaw(); err != nil {
-		t.Fatal(err)
-	}
-	thawed = true
+	thaw()
 	framework.Eventually(t, time.Minute, func() (bool, string) {
 		cur, err := sets.Get(s.Ctx, "k", metav1.GetOptions{})
 		return err == nil && slices.Equal(cur.Finalizers, []string{recreate.Finalizer}),
@@ -425,6 +414,26 @@ func TestRecreateSurvivesSIGKILL(t *testing.T) {
 	got := s.waitRecreated(t, "k", old.UID, "2Gi")
 	s.checkAdopted(t, "k", before, got.UID)
 	s.WaitTemplateStatus(t, "k", stsTimeout, scenario.Finished)
+}
+
+// freezeGarbageCollector freezes kube-controller-manager (SIGSTOP), so that an orphan delete
+// stays unfinished, and returns the function that thaws it; a test that ends first thaws it too.
+func (s *stsEnv) freezeGarbageCollector(t *testing.T) (thaw func()) {
+	t.Helper()
+	kcm := s.Cluster.ControllerManager
+	if err := kcm.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	thaw = func() {
+		once.Do(func() {
+			if err := kcm.Thaw(); err != nil {
+				t.Errorf("thaw kube-controller-manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(thaw)
+	return thaw
 }
 
 // waitTerminating waits until the StatefulSet uid is being deleted with its re-create record

@@ -141,11 +141,20 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = recreate.RecordLabel + "=true" })),
 	}
 
-	stsInformer := factory.Apps().V1().StatefulSets()
-	podInformer := factory.Core().V1().Pods()
-	pvcInformer := factory.Core().V1().PersistentVolumeClaims()
-	scInformer := factory.Storage().V1().StorageClasses()
-	nsInformer := factory.Core().V1().Namespaces()
+	if err := c.registerInformers(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// registerInformers sets the listers, and the transforms and event handlers
+// of the informers, on the factories.
+func (c *Controller) registerInformers(ctx context.Context) error {
+	stsInformer := c.factory.Apps().V1().StatefulSets()
+	podInformer := c.factory.Core().V1().Pods()
+	pvcInformer := c.factory.Core().V1().PersistentVolumeClaims()
+	scInformer := c.factory.Storage().V1().StorageClasses()
+	nsInformer := c.factory.Core().V1().Namespaces()
 	c.stsLister, c.podLister = stsInformer.Lister(), podInformer.Lister()
 	c.pvcLister, c.scLister, c.nsLister = pvcInformer.Lister(), scInformer.Lister(), nsInformer.Lister()
 	cmInformer := c.recordFactory.Core().V1().ConfigMaps()
@@ -169,15 +178,15 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 			AddFunc: c.recordChanged, UpdateFunc: func(_, obj any) { c.recordChanged(obj) }, DeleteFunc: c.recordChanged}},
 	} {
 		if err := reg.informer.SetTransform(reg.transform); err != nil {
-			return nil, fmt.Errorf("set informer transform (create the controller before starting the informer factory): %w", err)
+			return fmt.Errorf("set informer transform (create the controller before starting the informer factory): %w", err)
 		}
 		handle, err := reg.informer.AddEventHandlerWithOptions(reg.handler, cache.HandlerOptions{Logger: ptrTo(klog.FromContext(ctx))})
 		if err != nil {
-			return nil, fmt.Errorf("add event handler: %w", err)
+			return fmt.Errorf("add event handler: %w", err)
 		}
 		c.synced = append(c.synced, handle.HasSynced)
 	}
-	return c, nil
+	return nil
 }
 
 // withDefaults fills the zero fields of o (see Options).

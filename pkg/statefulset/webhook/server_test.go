@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// The readiness path answers only once a serving certificate is loaded: before, the TLS
-// handshake fails, so a readiness probe keeps the replica out of the Service.
-func TestServeReadyOnlyWithCertificate(t *testing.T) {
+// servingCertificate generates a serving certificate for 127.0.0.1: the generated PEM data and
+// the parsed certificate.
+func servingCertificate(t *testing.T) (map[string][]byte, tls.Certificate) {
+	t.Helper()
 	data, err := generate([]string{"127.0.0.1"}, time.Now(), time.Hour, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -24,6 +25,13 @@ func TestServeReadyOnlyWithCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data, cert
+}
+
+// The readiness path answers only once a serving certificate is loaded: before, the TLS
+// handshake fails, so a readiness probe keeps the replica out of the Service.
+func TestServeReadyOnlyWithCertificate(t *testing.T) {
+	data, cert := servingCertificate(t)
 	var loaded atomic.Pointer[tls.Certificate]
 	getCertificate := func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		if c := loaded.Load(); c != nil {
@@ -68,14 +76,7 @@ func TestServeReadyOnlyWithCertificate(t *testing.T) {
 // Told to stop (draining), the server fails its readiness path at once and still answers
 // admission requests, over fresh connections, until its context ends; then Serve returns.
 func TestServeDrains(t *testing.T) {
-	data, err := generate([]string{"127.0.0.1"}, time.Now(), time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(data[keyCert], data[keyKey])
-	if err != nil {
-		t.Fatal(err)
-	}
+	data, cert := servingCertificate(t)
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
