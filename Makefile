@@ -39,7 +39,7 @@ test: ## unit tests, with the race detector
 	$(GO) test -race -count=1 ./...
 
 test-fuzz: ## run the decision fuzzers (expansion, modification, statefulset-resizer, its webhook), FUZZTIME each (default 30s)
-	$(GO) test ./pkg/resize -run '^$$' -fuzz '^FuzzPlanExpansion$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/expand -run '^$$' -fuzz '^FuzzPlanExpansion$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/modify -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/statefulset/plan -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/statefulset/webhook -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
@@ -126,7 +126,7 @@ bench: ## benchmarks on the real control plane, side by side with UPSTREAM_RESIZ
 	UPSTREAM_RESIZER="$(UPSTREAM_RESIZER)" $(GO) test -tags integration -count=1 -timeout 90m -run '^$$' -bench . -benchtime 1x ./test/bench/... $(BENCHFLAGS)
 
 bench-smoke: ## a small run of every benchmark (upstream's side too when UPSTREAM_RESIZER is set), so they cannot rot
-	$(GO) test ./pkg/resize -run '^$$' -bench . -benchtime 100x
+	$(GO) test ./pkg/expand -run '^$$' -bench . -benchtime 100x
 	bash hack/build-k8s-bins.sh >/dev/null
 	@echo "upstream external-resizer: $(or $(UPSTREAM_RESIZER),not measured (UPSTREAM_RESIZER unset and ../shared/anchors/external-resizer absent))"
 	BENCH_SMOKE=1 UPSTREAM_RESIZER="$(UPSTREAM_RESIZER)" $(GO) test -tags integration -count=1 -timeout 30m -run '^$$' -bench . -benchtime 1x ./test/bench/...

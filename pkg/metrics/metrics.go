@@ -18,8 +18,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/metrics"
 
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/modify"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 const subsystem = "csi_resizer"
@@ -158,9 +158,9 @@ func (r *Recorder) Register(reg metrics.KubeRegistry) {
 		r.duration.WithLabelValues(r.driver, res)
 	}
 	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
-		r.errors.WithLabelValues(r.driver, c.String(), string(resize.ClassifyCode(c)))
+		r.errors.WithLabelValues(r.driver, c.String(), string(expand.ClassifyCode(c)))
 	}
-	r.errors.WithLabelValues(r.driver, resize.ReasonUncertain, string(resize.ClassTransient))
+	r.errors.WithLabelValues(r.driver, expand.ReasonUncertain, string(expand.ClassTransient))
 	for _, from := range AllStates {
 		for _, to := range AllStates {
 			if from != to {
@@ -183,7 +183,7 @@ func (r *Recorder) registerModify(reg metrics.KubeRegistry) {
 	for c := codes.Canceled; c <= codes.Unauthenticated; c++ {
 		r.modifyErrors.WithLabelValues(r.driver, c.String(), string(modify.ClassifyCode(c)))
 	}
-	r.modifyErrors.WithLabelValues(r.driver, resize.ReasonUncertain, string(resize.ClassTransient))
+	r.modifyErrors.WithLabelValues(r.driver, expand.ReasonUncertain, string(expand.ClassTransient))
 }
 
 // Recovery counts one recovery by outcome.

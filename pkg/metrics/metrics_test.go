@@ -159,7 +159,7 @@ func TestExpansionDurationHistogram(t *testing.T) {
 // The gauges are computed from whatever list returns at each scrape: the values, the zeros of
 // empty states, and a per-PVC series that goes away when its PVC leaves the infeasible state.
 // (That a restarted resizer exports the same values is tested against a real controller in
-// pkg/controller, TestStateGaugesAfterRestart.)
+// pkg/expandcontroller, TestStateGaugesAfterRestart.)
 func TestStateGaugesComputedAtScrape(t *testing.T) {
 	state := []ClaimState{
 		{Namespace: "a", Name: "stuck", State: v1.PersistentVolumeClaimControllerResizeInfeasible},

@@ -10,7 +10,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 )
 
 // Observer turns the steps the controller takes, and the node's answers it sees, into the
@@ -62,12 +62,12 @@ func (o *Observer) episode(key string) *episode { return o.episodes[key] }
 // Begin is told that the controller acts on a PVC: the episode starts unless it goes on. A PVC
 // first seen already failed (after a restart) had its failure observed by the process that saw
 // it happen.
-func (o *Observer) Begin(key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed) {
+func (o *Observer) Begin(key string, pvc *v1.PersistentVolumeClaim, obs expand.Observed) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ep := o.episode(key)
 	if ep == nil {
-		ep = &episode{since: o.clock.Now(), failed: resize.Failed(obs)}
+		ep = &episode{since: o.clock.Now(), failed: expand.Failed(obs)}
 		for _, cond := range pvc.Status.Conditions {
 			if cond.Type == v1.PersistentVolumeClaimResizing && !cond.LastTransitionTime.IsZero() {
 				ep.since = cond.LastTransitionTime.Time
@@ -80,7 +80,7 @@ func (o *Observer) Begin(key string, pvc *v1.PersistentVolumeClaim, obs resize.O
 }
 
 // Started is told that the target of plan is recorded and the expansion under way.
-func (o *Observer) Started(key string, plan resize.Plan) {
+func (o *Observer) Started(key string, plan expand.Plan) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if ep := o.episode(key); ep != nil && plan.Recovery {
@@ -90,9 +90,9 @@ func (o *Observer) Started(key string, plan resize.Plan) {
 
 // Failed is told of a driver error. Only infeasible settles the expansion, and a recovery, as
 // Failed: after any other error the retry may well succeed.
-func (o *Observer) Failed(key string, ce resize.ClassifiedError) {
+func (o *Observer) Failed(key string, ce expand.ClassifiedError) {
 	o.metrics.ExpandError(ce.Reason, string(ce.Class))
-	if ce.Class == resize.ClassInfeasible {
+	if ce.Class == expand.ClassInfeasible {
 		o.fail(key)
 	}
 }
@@ -155,7 +155,7 @@ func (o *Observer) succeed(ep *episode, took time.Duration) {
 // duration and a recovery's success when the node finished, the failure when it became
 // NodeResizeInfeasible. An expansion is done only when the node has grown the file system. It
 // returns the recovery the node finished, nil if none, for the VolumeResizeRecovered event.
-func (o *Observer) NodeProgress(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed) *Recovered {
+func (o *Observer) NodeProgress(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, obs expand.Observed) *Recovered {
 	o.mu.Lock()
 	ep := o.episode(key)
 	if ep == nil || ep.node == nil {
@@ -163,20 +163,20 @@ func (o *Observer) NodeProgress(ctx context.Context, key string, pvc *v1.Persist
 		return nil
 	}
 	step := *ep.node
-	outcome := resize.NodeStepOutcome(obs, step.to)
+	outcome := expand.NodeStepOutcome(obs, step.to)
 	o.mu.Unlock()
 	logger := klog.FromContext(ctx)
 	switch outcome {
-	case resize.NodeDone:
+	case expand.NodeDone:
 		recovery, took := o.Expanded(key, step.from, step.to, false)
 		logger.V(2).Info("The node finished the expansion", "size", step.to.String(), "took", took, "recovery", recovery)
 		if recovery {
 			return &Recovered{From: step.from, To: step.to, Took: took}
 		}
-	case resize.NodeFailed:
+	case expand.NodeFailed:
 		logger.V(2).Info("The node failed the expansion", "size", step.to.String())
 		o.fail(key)
-	case resize.NodeGone:
+	case expand.NodeGone:
 		logger.V(4).Info("The node step this resizer waited for was replaced by another step", "state", obs.State)
 		o.Begin(key, pvc, obs)
 	}
@@ -193,7 +193,7 @@ type Recovered struct {
 // Idle is told that the PVC needs nothing now. An episode that ended without this resizer
 // recording its end (another resizer finished it, or this one restarted since) is dropped
 // unobserved: its start or its outcome is not known.
-func (o *Observer) Idle(key string, obs resize.Observed) {
+func (o *Observer) Idle(key string, obs expand.Observed) {
 	if obs.State != "" {
 		return
 	}

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/clock"
 
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 )
 
 // TestObserverForgets (docs/design.md §2.3 rule 10): a deleted PVC's expansion is dropped
@@ -17,10 +17,10 @@ func TestObserverForgets(t *testing.T) {
 	rec, reg := newRegistry(t, func() []ClaimState { return nil })
 	o := NewObserver(rec, clock.RealClock{})
 	pvc := &v1.PersistentVolumeClaim{}
-	o.Begin("ns/a", pvc, resize.Observed{})
-	o.Started("ns/a", resize.Plan{Recovery: true})
+	o.Begin("ns/a", pvc, expand.Observed{})
+	o.Started("ns/a", expand.Plan{Recovery: true})
 	o.Forget("ns/a")
-	o.Failed("ns/a", resize.ClassifiedError{Class: resize.ClassInfeasible, Reason: "OutOfRange"})
+	o.Failed("ns/a", expand.ClassifiedError{Class: expand.ClassInfeasible, Reason: "OutOfRange"})
 	if len(o.episodes) != 0 {
 		t.Errorf("episodes %v kept after Forget", o.episodes)
 	}
@@ -35,16 +35,16 @@ func TestObserverNodeStep(t *testing.T) {
 	rec, _ := newRegistry(t, func() []ClaimState { return nil })
 	o := NewObserver(rec, clock.RealClock{})
 	pvc := &v1.PersistentVolumeClaim{}
-	o.Begin("ns/a", pvc, resize.Observed{})
-	o.Started("ns/a", resize.Plan{Recovery: true})
+	o.Begin("ns/a", pvc, expand.Observed{})
+	o.Started("ns/a", expand.Plan{Recovery: true})
 	if recovery, _ := o.Expanded("ns/a", resource.MustParse("1Gi"), resource.MustParse("3Gi"), true); recovery {
 		t.Error("a recovery reported before the node finished")
 	}
-	pending := resize.Observed{State: v1.PersistentVolumeClaimNodeResizePending, PVCCap: resource.MustParse("1Gi")}
+	pending := expand.Observed{State: v1.PersistentVolumeClaimNodeResizePending, PVCCap: resource.MustParse("1Gi")}
 	if r := o.NodeProgress(t.Context(), "ns/a", pvc, pending); r != nil {
 		t.Errorf("recovery %+v while the node works", r)
 	}
-	done := resize.Observed{PVCCap: resource.MustParse("3Gi")}
+	done := expand.Observed{PVCCap: resource.MustParse("3Gi")}
 	if r := o.NodeProgress(t.Context(), "ns/a", pvc, done); r == nil || r.To.String() != "3Gi" || r.Took < 0 || r.Took > time.Minute {
 		t.Errorf("recovery %+v when the node finished, want one to 3Gi", r)
 	}

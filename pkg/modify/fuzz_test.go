@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 )
 
 var (
@@ -86,7 +86,7 @@ func FuzzDecideInvariants(f *testing.F) {
 			if c := pvc.Status.CurrentVolumeAttributesClassName; c != nil && !confirmed[*c] {
 				t.Fatalf("step %d: current class %q was never confirmed by the driver", i, *c)
 			}
-			if o2 := Observe(pvc); o2.LastError != resize.ClassNone && o2.Status == "" {
+			if o2 := Observe(pvc); o2.LastError != expand.ClassNone && o2.Status == "" {
 				t.Fatalf("step %d: an error condition without a modification: %+v", i, pvc.Status)
 			}
 		}

@@ -1,6 +1,6 @@
 // Package modify decides what the resizer does about a PVC's VolumeAttributesClass (KEP-3751):
 // whether to call ControllerModifyVolume, for which class, whether to wait, and what the PVC's
-// status says before and after the call. Like pkg/resize it is a set of pure functions over the
+// status says before and after the call. Like pkg/expand it is a set of pure functions over the
 // observed API objects: everything it needs to know about earlier attempts is read back from
 // the PVC (status.modifyVolumeStatus and the ModifyVolumeError condition), so a restarted
 // resizer decides what the one before it would have. The rules are docs/design.md §2.11.
@@ -10,8 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 // Observed is what the decision reads of a PVC.
@@ -26,7 +26,7 @@ type Observed struct {
 	Target string
 	// LastError is the class of the last failed call, read from the ModifyVolumeError
 	// condition's reason (ClassifyReason); ClassNone when there is no such condition.
-	LastError resize.ErrorClass
+	LastError expand.ErrorClass
 }
 
 // Observe reads a PVC.

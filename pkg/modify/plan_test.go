@@ -11,7 +11,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 )
 
 const driver = "hostpath.csi.k8s.io"
@@ -49,18 +49,18 @@ func TestDecide(t *testing.T) {
 		{"rule 13: pending class created", Observed{Spec: "gold", Current: "silver", Status: pending, Target: "gold"}, Modify, "gold"},
 		{"rule 13: pending, another class asked", Observed{Spec: "bronze", Current: "silver", Status: pending, Target: "platinum"}, Modify, "bronze"},
 		{"rule 14: restart during the call keeps the target", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold"}, Modify, "gold"},
-		{"rule 14: transient error keeps the target", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassTransient}, Modify, "gold"},
-		{"rule 14: transient error keeps the target over a rollback", Observed{Spec: "silver", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassTransient}, Modify, "gold"},
+		{"rule 14: transient error keeps the target", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassTransient}, Modify, "gold"},
+		{"rule 14: transient error keeps the target over a rollback", Observed{Spec: "silver", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassTransient}, Modify, "gold"},
 		{"rule 14: in-flight class deleted waits", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "platinum"}, Nothing, "platinum"},
-		{"rule 15: final error follows the spec", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassFinal}, Modify, "bronze"},
-		{"rule 15: final error retries the same class", Observed{Spec: "gold", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassFinal}, Modify, "gold"},
-		{"rule 15: final error, spec back to current calls for it", Observed{Spec: "silver", Current: "silver", Status: inProgress, Target: "gold", LastError: resize.ClassFinal}, Modify, "silver"},
-		{"rule 16: infeasible retried on the same class", Observed{Spec: "gold", Current: "silver", Status: infeasible, Target: "gold", LastError: resize.ClassInfeasible}, Modify, "gold"},
-		{"rule 16: infeasible, new class", Observed{Spec: "bronze", Current: "silver", Status: infeasible, Target: "gold", LastError: resize.ClassInfeasible}, Modify, "bronze"},
-		{"rule 17: infeasible rolled back", Observed{Spec: "silver", Current: "silver", Status: infeasible, Target: "gold", LastError: resize.ClassInfeasible}, Cancel, "silver"},
-		{"rule 17: infeasible first class unset", Observed{Status: infeasible, Target: "gold", LastError: resize.ClassInfeasible}, Cancel, ""},
+		{"rule 15: final error follows the spec", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassFinal}, Modify, "bronze"},
+		{"rule 15: final error retries the same class", Observed{Spec: "gold", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassFinal}, Modify, "gold"},
+		{"rule 15: final error, spec back to current calls for it", Observed{Spec: "silver", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassFinal}, Modify, "silver"},
+		{"rule 16: infeasible retried on the same class", Observed{Spec: "gold", Current: "silver", Status: infeasible, Target: "gold", LastError: expand.ClassInfeasible}, Modify, "gold"},
+		{"rule 16: infeasible, new class", Observed{Spec: "bronze", Current: "silver", Status: infeasible, Target: "gold", LastError: expand.ClassInfeasible}, Modify, "bronze"},
+		{"rule 17: infeasible rolled back", Observed{Spec: "silver", Current: "silver", Status: infeasible, Target: "gold", LastError: expand.ClassInfeasible}, Cancel, "silver"},
+		{"rule 17: infeasible first class unset", Observed{Status: infeasible, Target: "gold", LastError: expand.ClassInfeasible}, Cancel, ""},
 		{"rule 17: pending rolled back", Observed{Spec: "silver", Current: "silver", Status: pending, Target: "platinum"}, Cancel, "silver"},
-		{"rule 17: unset after a final error keeps going", Observed{Status: inProgress, Target: "gold", LastError: resize.ClassFinal}, Modify, "gold"},
+		{"rule 17: unset after a final error keeps going", Observed{Status: inProgress, Target: "gold", LastError: expand.ClassFinal}, Modify, "gold"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,16 +78,16 @@ func TestDecide(t *testing.T) {
 func TestClassifyError(t *testing.T) {
 	cases := []struct {
 		err    error
-		class  resize.ErrorClass
+		class  expand.ErrorClass
 		reason string
 	}{
-		{status.Error(codes.InvalidArgument, "bad iops"), resize.ClassInfeasible, "InvalidArgument"},
-		{status.Error(codes.OutOfRange, "no"), resize.ClassFinal, "OutOfRange"},
-		{status.Error(codes.NotFound, "no volume"), resize.ClassFinal, "NotFound"},
-		{status.Error(codes.Internal, "boom"), resize.ClassFinal, "Internal"},
-		{status.Error(codes.DeadlineExceeded, "slow"), resize.ClassTransient, "DeadlineExceeded"},
-		{status.Error(codes.Unavailable, "down"), resize.ClassTransient, "Unavailable"},
-		{errors.New("connection reset"), resize.ClassTransient, resize.ReasonUncertain},
+		{status.Error(codes.InvalidArgument, "bad iops"), expand.ClassInfeasible, "InvalidArgument"},
+		{status.Error(codes.OutOfRange, "no"), expand.ClassFinal, "OutOfRange"},
+		{status.Error(codes.NotFound, "no volume"), expand.ClassFinal, "NotFound"},
+		{status.Error(codes.Internal, "boom"), expand.ClassFinal, "Internal"},
+		{status.Error(codes.DeadlineExceeded, "slow"), expand.ClassTransient, "DeadlineExceeded"},
+		{status.Error(codes.Unavailable, "down"), expand.ClassTransient, "Unavailable"},
+		{errors.New("connection reset"), expand.ClassTransient, expand.ReasonUncertain},
 	}
 	for _, tc := range cases {
 		ce := ClassifyError(tc.err)
@@ -98,7 +98,7 @@ func TestClassifyError(t *testing.T) {
 			t.Errorf("ClassifyReason(%q) = %s, want %s: a restart would decide differently", ce.Reason, got, tc.class)
 		}
 	}
-	if got := ClassifyReason(""); got != resize.ClassTransient {
+	if got := ClassifyReason(""); got != expand.ClassTransient {
 		t.Errorf("an unknown reason must keep the target (transient), got %s", got)
 	}
 }
@@ -117,7 +117,7 @@ func TestStatusSteps(t *testing.T) {
 		t.Fatalf("after StartedStatus: %+v", o)
 	}
 	failed := FailedStatus(started, "gold", ClassifyError(status.Error(codes.InvalidArgument, "iops too high")), now)
-	if o := observeStatus(failed); o.Status != infeasible || o.LastError != resize.ClassInfeasible || o.Current != "silver" {
+	if o := observeStatus(failed); o.Status != infeasible || o.LastError != expand.ClassInfeasible || o.Current != "silver" {
 		t.Fatalf("after an infeasible error: %+v", o)
 	}
 	if len(failed.Conditions) != 3 {
@@ -148,7 +148,7 @@ func observeStatus(st v1.PersistentVolumeClaimStatus) Observed {
 
 func TestRetryWait(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
-	r := resize.Retry{Start: time.Second, Max: 5 * time.Minute}
+	r := expand.Retry{Start: time.Second, Max: 5 * time.Minute}
 	pvcWith := func(st v1.PersistentVolumeClaimStatus) *v1.PersistentVolumeClaim {
 		return &v1.PersistentVolumeClaim{Status: st}
 	}

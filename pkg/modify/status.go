@@ -7,8 +7,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 // Condition reasons of ModifyingVolume (ModifyVolumeError's reason is the gRPC code name).
@@ -52,9 +52,9 @@ func SucceededStatus(st v1.PersistentVolumeClaimStatus, target string) v1.Persis
 
 // FailedStatus records a failed call for target (rule 16): Infeasible for an infeasible error,
 // InProgress otherwise, and the error in ModifyVolumeError with the gRPC code as reason.
-func FailedStatus(st v1.PersistentVolumeClaimStatus, target string, ce resize.ClassifiedError, now metav1.Time) v1.PersistentVolumeClaimStatus {
+func FailedStatus(st v1.PersistentVolumeClaimStatus, target string, ce expand.ClassifiedError, now metav1.Time) v1.PersistentVolumeClaimStatus {
 	state := v1.PersistentVolumeClaimModifyVolumeInProgress
-	if ce.Class == resize.ClassInfeasible {
+	if ce.Class == expand.ClassInfeasible {
 		state = v1.PersistentVolumeClaimModifyVolumeInfeasible
 		st = withModifyStatus(st, state, target)
 		st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimVolumeModifyingVolume, ReasonModifyInfeasible,
@@ -90,8 +90,8 @@ func clearConditions(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaim
 // failure; any other error backs off from retryStart, doubling with the time the PVC has been
 // failing (since ModifyingVolume turned True), at most retryMax. A plan for another class than
 // the failed one goes at once: the user answered the failure.
-func RetryWait(pvc *v1.PersistentVolumeClaim, o Observed, p Plan, r resize.Retry, now time.Time) time.Duration {
-	if p.Action != Modify || o.LastError == resize.ClassNone || p.Target != o.Target {
+func RetryWait(pvc *v1.PersistentVolumeClaim, o Observed, p Plan, r expand.Retry, now time.Time) time.Duration {
+	if p.Action != Modify || o.LastError == expand.ClassNone || p.Target != o.Target {
 		return 0
 	}
 	cond := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError)

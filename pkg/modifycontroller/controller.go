@@ -3,7 +3,7 @@
 // asks pkg/modify what to do, and carries the plan out: status patches through pkg/status, the
 // ControllerModifyVolume call through pkg/csi, events and metrics.
 //
-// It has the shape of the expansion controller (pkg/controller) and runs next to it in the same
+// It has the shape of the expansion controller (pkg/expandcontroller) and runs next to it in the same
 // process, on the same informers and under the same Lease: handlers only queue keys, and
 // sync(ctx, key) reads the PVC, its PV and the class from the listers and acts on what
 // pkg/modify decides. Both controllers write the PVC's status, each only its own fields and
@@ -33,12 +33,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/binding"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/modify"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -173,7 +173,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	case modify.Cancel:
 		return 0, c.cancel(ctx, key, pvc, o)
 	case modify.Modify:
-		retry := resize.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
+		retry := expand.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
 		if wait := modify.RetryWait(pvc, o, plan, retry, c.cfg.Clock.Now()); wait > 0 {
 			logger.V(4).Info("The last attempt failed: waiting for the retry or another class", "wait", wait)
 			return wait, nil

@@ -10,8 +10,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/modify"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -43,12 +43,12 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *v1.PersistentV
 	// A failure here leaves InProgress without an answer, so the next attempt repeats the
 	// idempotent call (rule 14).
 	if _, err := c.cfg.Writer.PatchVolumeAttributesClass(ctx, pv, plan.Target); err != nil {
-		return 0, c.unrecorded(key, written, resize.ClassNone, err)
+		return 0, c.unrecorded(key, written, expand.ClassNone, err)
 	}
 	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 		return modify.SucceededStatus(st, plan.Target)
 	}); err != nil {
-		return 0, c.unrecorded(key, written, resize.ClassNone, err)
+		return 0, c.unrecorded(key, written, expand.ClassNone, err)
 	}
 	msg := "volume modified to VolumeAttributesClass " + plan.Target
 	if took := c.obs.Succeeded(key); took > 0 {
@@ -72,12 +72,12 @@ func (c *Controller) modifyFailed(ctx context.Context, key string, pvc *v1.Persi
 	if err != nil {
 		return 0, c.unrecorded(key, pvc, ce.Class, errors.Join(fmt.Errorf("ControllerModifyVolume: %w", callErr), err))
 	}
-	if ce.Class == resize.ClassInfeasible {
+	if ce.Class == expand.ClassInfeasible {
 		c.obs.Infeasible(key)
 	}
 	// The retry runs on the PVC's clock, as the sync woken by this write's echo computes it.
 	o := modify.Observe(written)
-	retry := resize.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
+	retry := expand.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
 	return max(time.Millisecond, modify.RetryWait(written, o, modify.Decide(o, c.class, c.cfg.Driver.Name), retry, c.cfg.Clock.Now())), nil
 }
 
@@ -143,8 +143,8 @@ const holdModification = "modification"
 // unrecorded holds the PVC when the answer of the call (of class answer) could not be written, as
 // the expansion controller does: the retry waits as long as it would have, had the answer been
 // recorded (rule 16), unless the user changes the requested class (docs/design.md §2.3 rule 8).
-func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, answer resize.ErrorClass, err error) error {
-	retry := resize.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
+func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, answer expand.ErrorClass, err error) error {
+	retry := expand.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
 	c.cfg.Fresh.Hold(holdModification, key, requestedClass(decidedOn), c.cfg.Clock.Now().Add(retry.AfterUnrecorded(answer)))
 	return err
 }

@@ -35,8 +35,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
-	"github.com/csi-resizer/csi-resizer/pkg/controller"
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
+	"github.com/csi-resizer/csi-resizer/pkg/expandcontroller"
 	"github.com/csi-resizer/csi-resizer/pkg/features"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/leaseguard"
@@ -44,7 +45,6 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
 	"github.com/csi-resizer/csi-resizer/pkg/modifycontroller"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -195,7 +195,7 @@ func newControllers(opts *Options, driver csi.Driver, conn *grpc.ClientConn, cli
 	fresh := freshness.New()
 	var runners []runner
 	if expandOn {
-		runners = append(runners, controller.New(controller.Config{
+		runners = append(runners, expandcontroller.New(expandcontroller.Config{
 			Driver: driver, Expander: driverClient, Client: client, Writer: writer, Recorder: recorder, Metrics: rec,
 			Clock: clock.RealClock{}, Fresh: fresh, Leading: leading,
 			RetryIntervalStart: opts.RetryIntervalStart,
@@ -328,7 +328,7 @@ func newClients(config *rest.Config) (kubernetes.Interface, typedcorev1.CoreV1In
 // names) instead of keeping a copy per object. With 10k PVC/PV pairs the caches are most of the
 // sidecar's memory.
 //
-// What is read, and so kept (pkg/controller, pkg/modifycontroller, pkg/resize, pkg/modify,
+// What is read, and so kept (pkg/expandcontroller, pkg/modifycontroller, pkg/expand, pkg/modify,
 // pkg/csi, pkg/status, the event recorder's object reference, the log's object keys):
 //   - PVC: name, namespace, UID, resourceVersion, deletionTimestamp, spec.resources,
 //     spec.volumeName, spec.volumeAttributesClassName (the class a modification targets), the
@@ -351,7 +351,7 @@ func newClients(config *rest.Config) (kubernetes.Interface, typedcorev1.CoreV1In
 //
 // Shared values (the same ResourceList map, access-mode slice or volume-mode pointer in many
 // objects) rely on client-go's rule that cached objects are read-only: the resizer deep-copies
-// a status before changing it (pkg/resize) and never writes into a cached object.
+// a status before changing it (pkg/expand) and never writes into a cached object.
 func slimObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.PersistentVolumeClaim:
@@ -377,7 +377,7 @@ func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 }
 
 // claimAnnotations are the PVC annotations the resizer reads.
-var claimAnnotations = []string{migration.AnnStorageResizer, resize.AnnNodeExpansionNotRequired}
+var claimAnnotations = []string{migration.AnnStorageResizer, expand.AnnNodeExpansionNotRequired}
 
 // keepAnnotations returns the annotations among keys that m has (values interned: a driver
 // name, "true"), nil when it has none.
@@ -429,7 +429,7 @@ func slimVolume(pv *v1.PersistentVolume) *v1.PersistentVolume {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: v1.PersistentVolumePhase(internString(string(pv.Status.Phase)))},
 	}
-	out.Annotations = keepAnnotations(pv.Annotations, resize.AnnPreResizeCapacity, csi.AnnModifySecretName, csi.AnnModifySecretNamespace)
+	out.Annotations = keepAnnotations(pv.Annotations, expand.AnnPreResizeCapacity, csi.AnnModifySecretName, csi.AnnModifySecretNamespace)
 	if migration.HasInTreeSource(pv) {
 		out.Spec.PersistentVolumeSource = pv.Spec.PersistentVolumeSource
 		out.Spec.NodeAffinity = pv.Spec.NodeAffinity

@@ -14,8 +14,8 @@ import (
 	"k8s.io/klog/v2"
 
 	rcsi "github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 // fullMeta is metadata as a provisioner and the PV controller leave it: everything the
@@ -100,7 +100,7 @@ func fullVolume(name string) *v1.PersistentVolume {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound, Message: "bound"},
 	}
-	pv.Annotations[resize.AnnPreResizeCapacity] = "1Gi"
+	pv.Annotations[expand.AnnPreResizeCapacity] = "1Gi"
 	pv.Annotations[rcsi.AnnModifySecretName] = "modify"
 	pv.Annotations[rcsi.AnnModifySecretNamespace] = "kube-system"
 	return pv
@@ -119,13 +119,13 @@ func keptMeta(in metav1.ObjectMeta) metav1.ObjectMeta {
 func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 	pvc := fullClaim("data")
 	pvc.Annotations[migration.AnnStorageResizer] = "ebs.csi.aws.com"
-	pvc.Annotations[resize.AnnNodeExpansionNotRequired] = "true"
+	pvc.Annotations[expand.AnnNodeExpansionNotRequired] = "true"
 	out, err := slimObject(pvc.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantMeta := keptMeta(pvc.ObjectMeta)
-	wantMeta.Annotations = map[string]string{migration.AnnStorageResizer: "ebs.csi.aws.com", resize.AnnNodeExpansionNotRequired: "true"}
+	wantMeta.Annotations = map[string]string{migration.AnnStorageResizer: "ebs.csi.aws.com", expand.AnnNodeExpansionNotRequired: "true"}
 	want := &v1.PersistentVolumeClaim{
 		ObjectMeta: wantMeta,
 		Spec: v1.PersistentVolumeClaimSpec{
@@ -161,14 +161,14 @@ func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: pv.Status.Phase},
 	}
-	wantPV.Annotations = map[string]string{resize.AnnPreResizeCapacity: "1Gi", rcsi.AnnModifySecretName: "modify", rcsi.AnnModifySecretNamespace: "kube-system"}
+	wantPV.Annotations = map[string]string{expand.AnnPreResizeCapacity: "1Gi", rcsi.AnnModifySecretName: "modify", rcsi.AnnModifySecretNamespace: "kube-system"}
 	if got := out.(*v1.PersistentVolume); !equality.Semantic.DeepEqual(got, wantPV) {
 		t.Errorf("slim PV:\n got %+v\nwant %+v", got, wantPV)
 	}
 
 	// A PV without the annotations gets no annotation map at all, nor a PVC without either.
 	bare := fullVolume("pv-bare")
-	delete(bare.Annotations, resize.AnnPreResizeCapacity)
+	delete(bare.Annotations, expand.AnnPreResizeCapacity)
 	delete(bare.Annotations, rcsi.AnnModifySecretName)
 	delete(bare.Annotations, rcsi.AnnModifySecretNamespace)
 	out, _ = slimObject(bare)

@@ -13,7 +13,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/test/framework"
 )
 
-// DecisionRun is one Go benchmark of pkg/resize (the pure decision function), the median of
+// DecisionRun is one Go benchmark of pkg/expand (the pure decision function), the median of
 // its -count runs.
 type DecisionRun struct {
 	Name        string  `json:"name"`
@@ -23,7 +23,7 @@ type DecisionRun struct {
 	Runs        int     `json:"runs"`
 }
 
-// BenchmarkDecision runs pkg/resize's Go benchmarks (BenchmarkPlanExpansion,
+// BenchmarkDecision runs pkg/expand's Go benchmarks (BenchmarkPlanExpansion,
 // BenchmarkObservePlanStart) in a child `go test`, so their numbers land in the same report.
 func BenchmarkDecision(b *testing.B) {
 	root, err := framework.RepoRoot()
@@ -35,12 +35,12 @@ func BenchmarkDecision(b *testing.B) {
 		benchtime, count = "100x", "1"
 	}
 	cmd := exec.Command("go", "test", "-mod=vendor", "-run", "^$", "-bench", ".", "-benchmem",
-		"-benchtime", benchtime, "-count", count, "./pkg/resize")
+		"-benchtime", benchtime, "-count", count, "./pkg/expand")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=vendor")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		b.Fatalf("go test ./pkg/resize -bench: %v\n%s", err, out)
+		b.Fatalf("go test ./pkg/expand -bench: %v\n%s", err, out)
 	}
 	runs := map[string][]DecisionRun{}
 	for _, line := range strings.Split(string(out), "\n") {

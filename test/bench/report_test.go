@@ -260,7 +260,7 @@ func (r *results) summary() []Target {
 	if _, ok := r.sectionRuns("decision", &dec); ok {
 		sort.Slice(dec, func(i, j int) bool { return dec[i].Name < dec[j].Name })
 		for _, d := range dec {
-			s.out = append(s.out, Target{Metric: "pkg/resize " + d.Name, Upstream: "—", Ratio: "—", Target: "—", Met: "—",
+			s.out = append(s.out, Target{Metric: "pkg/expand " + d.Name, Upstream: "—", Ratio: "—", Target: "—", Met: "—",
 				Ours: fmt.Sprintf("%.1f ns/op, %.0f allocs/op", d.NsPerOp, d.AllocsPerOp)})
 		}
 	}
@@ -588,8 +588,8 @@ func (r *results) markdown() string {
 
 	var dec []DecisionRun
 	if meta, ok := r.sectionRuns("decision", &dec); ok {
-		b.WriteString("\n### Decision function (pkg/resize Go benchmarks)\n\n")
-		fmt.Fprintf(&b, "`go test ./pkg/resize -run '^$' -bench . -benchmem` (median of %s runs).\n\n", runsOf(dec, meta))
+		b.WriteString("\n### Decision function (pkg/expand Go benchmarks)\n\n")
+		fmt.Fprintf(&b, "`go test ./pkg/expand -run '^$' -bench . -benchmem` (median of %s runs).\n\n", runsOf(dec, meta))
 		b.WriteString("| benchmark | ns/op | B/op | allocs/op |\n|---|---|---|---|\n")
 		sort.Slice(dec, func(i, j int) bool { return dec[i].Name < dec[j].Name })
 		for _, d := range dec {

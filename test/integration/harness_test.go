@@ -92,24 +92,24 @@ func testHarness(t *testing.T, withKCM bool) {
 	driver.SetFaults(t, []framework.Fault{{
 		Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: "over quota", MinRequiredBytes: 3 * gi,
 	}})
-	if err := expand(ctx, driver, volID, 4*gi); status.Code(err) != codes.OutOfRange || !strings.Contains(err.Error(), "over quota") {
+	if err := controllerExpand(ctx, driver, volID, 4*gi); status.Code(err) != codes.OutOfRange || !strings.Contains(err.Error(), "over quota") {
 		t.Fatalf("expand to 4Gi: got %v, want OUT_OF_RANGE over quota", err)
 	}
-	if err := expand(ctx, driver, volID, 2*gi); err != nil {
+	if err := controllerExpand(ctx, driver, volID, 2*gi); err != nil {
 		t.Fatalf("expand to 2Gi: %v", err)
 	}
 	// times: the rule applies once, then the real call goes through.
 	driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.Internal, Times: 1}})
-	if err := expand(ctx, driver, volID, 3*gi); status.Code(err) != codes.Internal {
+	if err := controllerExpand(ctx, driver, volID, 3*gi); status.Code(err) != codes.Internal {
 		t.Fatalf("first expand with times=1: got %v, want INTERNAL", err)
 	}
-	if err := expand(ctx, driver, volID, 3*gi); err != nil {
+	if err := controllerExpand(ctx, driver, volID, 3*gi); err != nil {
 		t.Fatalf("second expand with times=1: %v", err)
 	}
 	// delay without a code: a slow success that outlives the caller.
 	driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Delay: 1500 * time.Millisecond}})
 	shortCtx, shortCancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	err = expand(shortCtx, driver, volID, 5*gi)
+	err = controllerExpand(shortCtx, driver, volID, 5*gi)
 	shortCancel()
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("delayed expand: got %v, want DEADLINE_EXCEEDED", err)
@@ -142,10 +142,10 @@ func testHarness(t *testing.T, withKCM bool) {
 	start = time.Now()
 	driver.Restart(t)
 	t.Logf("mock driver restarted in %v", time.Since(start).Round(time.Millisecond))
-	if err := expand(ctx, driver, volID, 5*gi); err != nil {
+	if err := controllerExpand(ctx, driver, volID, 5*gi); err != nil {
 		t.Fatalf("expand after driver restart: %v", err)
 	}
-	if err := expand(ctx, driver, "no-such-volume", 5*gi); status.Code(err) != codes.NotFound {
+	if err := controllerExpand(ctx, driver, "no-such-volume", 5*gi); status.Code(err) != codes.NotFound {
 		t.Fatalf("expand of an unknown volume: got %v, want NOT_FOUND", err)
 	}
 
@@ -245,7 +245,7 @@ func TestHarnessDriverShapes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := expand(ctx, d, id, 2*gi); status.Code(err) != codes.Unimplemented {
+		if err := controllerExpand(ctx, d, id, 2*gi); status.Code(err) != codes.Unimplemented {
 			t.Fatalf("ControllerExpandVolume on a node-only driver: %v, want UNIMPLEMENTED", err)
 		}
 	})
@@ -260,7 +260,7 @@ func TestHarnessDriverShapes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := expand(ctx, d, id, 2*gi); err != nil {
+		if err := controllerExpand(ctx, d, id, 2*gi); err != nil {
 			t.Fatal(err)
 		}
 		if c := d.Calls(t, "ControllerExpandVolume"); len(c) != 1 || !c[0].NodeExpansionRequired || c[0].CapacityBytes != 2*gi {
@@ -295,18 +295,18 @@ func TestHarnessDriverShapes(t *testing.T) {
 		if err := d.PublishVolume(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if err := expand(ctx, d, id, 2*gi); status.Code(err) != codes.FailedPrecondition {
+		if err := controllerExpand(ctx, d, id, 2*gi); status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("expand while published: %v, want FAILED_PRECONDITION", err)
 		}
 		// Published state survives a driver restart (journal).
 		d.Restart(t)
-		if err := expand(ctx, d, id, 2*gi); status.Code(err) != codes.FailedPrecondition {
+		if err := controllerExpand(ctx, d, id, 2*gi); status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("expand while published, after restart: %v, want FAILED_PRECONDITION", err)
 		}
 		if err := d.UnpublishVolume(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if err := expand(ctx, d, id, 2*gi); err != nil {
+		if err := controllerExpand(ctx, d, id, 2*gi); err != nil {
 			t.Fatalf("expand after unpublish: %v", err)
 		}
 	})
@@ -326,7 +326,7 @@ func TestHarnessExternalDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := expand(ctx, d, id, 2*gi); err != nil {
+	if err := controllerExpand(ctx, d, id, 2*gi); err != nil {
 		t.Fatal(err)
 	}
 	// An already running driver, by endpoint.
@@ -446,7 +446,7 @@ func TestHarnessAPIServerRules(t *testing.T) {
 }
 
 // expand calls ControllerExpandVolume like the resizer does.
-func expand(ctx context.Context, d *framework.Driver, volID string, bytes int64) error {
+func controllerExpand(ctx context.Context, d *framework.Driver, volID string, bytes int64) error {
 	conn, err := d.Dial()
 	if err != nil {
 		return err

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/test/framework"
 	"github.com/csi-resizer/csi-resizer/test/scenario"
 )
@@ -67,7 +67,7 @@ func TestMigratedInTreeVolume(t *testing.T) {
 	// Expansion.
 	e.SetRequest(t, "data", "2Gi")
 	pvc := e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
-	if got := pvc.Annotations[resize.AnnNodeExpansionNotRequired]; got != "true" {
+	if got := pvc.Annotations[expand.AnnNodeExpansionNotRequired]; got != "true" {
 		t.Errorf("node-expansion-not-required = %q after an expansion without a node step, want \"true\"", got)
 	}
 	gotPV := e.PV(t, pv.Name)
@@ -87,7 +87,7 @@ func TestMigratedInTreeVolume(t *testing.T) {
 	e.Driver.SetFaults(t, []framework.Fault{{Method: "ControllerExpandVolume", Code: codes.OutOfRange, Message: "too big", MinRequiredBytes: bytesOf("10Gi")}})
 	e.SetRequest(t, "data", "50Gi")
 	pvc = e.WaitClaim(t, "data", resizeTimeout, scenario.InState(v1.PersistentVolumeClaimControllerResizeInfeasible))
-	if _, ok := pvc.Annotations[resize.AnnNodeExpansionNotRequired]; ok {
+	if _, ok := pvc.Annotations[expand.AnnNodeExpansionNotRequired]; ok {
 		t.Errorf("node-expansion-not-required still there after a new step started: %v", pvc.Annotations)
 	}
 	e.SetRequest(t, "data", "3Gi")
@@ -95,7 +95,7 @@ func TestMigratedInTreeVolume(t *testing.T) {
 	if _, _, alloc := scenario.Storage(pvc); !scenario.Is(alloc, "3Gi") {
 		t.Errorf("allocatedResources = %s after the recovery, want 3Gi", alloc.String())
 	}
-	if got := pvc.Annotations[resize.AnnNodeExpansionNotRequired]; got != "true" {
+	if got := pvc.Annotations[expand.AnnNodeExpansionNotRequired]; got != "true" {
 		t.Errorf("node-expansion-not-required = %q after the recovery, want \"true\"", got)
 	}
 	if c := e.PV(t, pv.Name).Spec.Capacity[v1.ResourceStorage]; !scenario.Is(c, "3Gi") {
@@ -160,18 +160,18 @@ func TestUpstreamAnnotations(t *testing.T) {
 
 	// A claim that finished an expansion without the node last time carries
 	// node-expansion-not-required; the next expansion's first write takes it away.
-	setAnnotation(t, e, "data", resize.AnnNodeExpansionNotRequired, "true")
+	setAnnotation(t, e, "data", expand.AnnNodeExpansionNotRequired, "true")
 	e.SetRequest(t, "data", "2Gi")
 	pvc := e.WaitClaim(t, "data", resizeTimeout, scenario.InState(v1.PersistentVolumeClaimNodeResizePending))
-	if _, ok := pvc.Annotations[resize.AnnNodeExpansionNotRequired]; ok {
+	if _, ok := pvc.Annotations[expand.AnnNodeExpansionNotRequired]; ok {
 		t.Errorf("node-expansion-not-required kept on a PVC handed to the node: %v", pvc.Annotations)
 	}
-	if got := e.PV(t, pv.Name).Annotations[resize.AnnPreResizeCapacity]; got != "1Gi" {
+	if got := e.PV(t, pv.Name).Annotations[expand.AnnPreResizeCapacity]; got != "1Gi" {
 		t.Errorf("pre-resize-capacity = %q, want the PVC's status.capacity before the expansion, 1Gi", got)
 	}
 	e.FinishNodeExpansion(t, "data")
 	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
-	waitPVAnnotation(t, e, pv.Name, resize.AnnPreResizeCapacity, "", "removed once the node finished")
+	waitPVAnnotation(t, e, pv.Name, expand.AnnPreResizeCapacity, "", "removed once the node finished")
 
 }
 
@@ -185,11 +185,11 @@ func TestPreResizeCapacityKeptUntilNodeDone(t *testing.T) {
 	_, pv := e.NewClaim(t, "data", "1Gi")
 	e.SetRequest(t, "data", "5Gi")
 	e.WaitClaim(t, "data", resizeTimeout, scenario.InState(v1.PersistentVolumeClaimNodeResizePending))
-	if got := e.PV(t, pv.Name).Annotations[resize.AnnPreResizeCapacity]; got != "1Gi" {
+	if got := e.PV(t, pv.Name).Annotations[expand.AnnPreResizeCapacity]; got != "1Gi" {
 		t.Fatalf("pre-resize-capacity = %q, want 1Gi", got)
 	}
 	// A distinct value, so that a rewrite (with status.capacity, 1Gi) would show.
-	setPVAnnotation(t, e, pv.Name, resize.AnnPreResizeCapacity, "1000Mi")
+	setPVAnnotation(t, e, pv.Name, expand.AnnPreResizeCapacity, "1000Mi")
 	e.FailNodeExpansion(t, "data")
 	e.SetRequest(t, "data", "2Gi")
 	e.WaitClaim(t, "data", resizeTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
@@ -197,12 +197,12 @@ func TestPreResizeCapacityKeptUntilNodeDone(t *testing.T) {
 		return scenario.State(pvc) == v1.PersistentVolumeClaimNodeResizePending && scenario.Is(alloc, "2Gi"), "want NodeResizePending at 2Gi"
 	})
 	got := e.PV(t, pv.Name)
-	if c := got.Spec.Capacity[v1.ResourceStorage]; !scenario.Is(c, "2Gi") || got.Annotations[resize.AnnPreResizeCapacity] != "1000Mi" {
-		t.Errorf("PV: capacity %s, pre-resize-capacity %q; want 2Gi and the 1000Mi that was there", c.String(), got.Annotations[resize.AnnPreResizeCapacity])
+	if c := got.Spec.Capacity[v1.ResourceStorage]; !scenario.Is(c, "2Gi") || got.Annotations[expand.AnnPreResizeCapacity] != "1000Mi" {
+		t.Errorf("PV: capacity %s, pre-resize-capacity %q; want 2Gi and the 1000Mi that was there", c.String(), got.Annotations[expand.AnnPreResizeCapacity])
 	}
 	e.FinishNodeExpansion(t, "data")
 	e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
-	waitPVAnnotation(t, e, pv.Name, resize.AnnPreResizeCapacity, "", "removed once the node finished")
+	waitPVAnnotation(t, e, pv.Name, expand.AnnPreResizeCapacity, "", "removed once the node finished")
 }
 
 // TestNodeExpansionNotRequiredWithoutNodeStep: without a node step there is no
@@ -215,10 +215,10 @@ func TestNodeExpansionNotRequiredWithoutNodeStep(t *testing.T) {
 
 	e.SetRequest(t, "data", "2Gi")
 	pvc := e.WaitClaim(t, "data", resizeTimeout, scenario.Done("2Gi"))
-	if got := pvc.Annotations[resize.AnnNodeExpansionNotRequired]; got != "true" {
+	if got := pvc.Annotations[expand.AnnNodeExpansionNotRequired]; got != "true" {
 		t.Errorf("node-expansion-not-required = %q, want \"true\"", got)
 	}
-	if _, ok := e.PV(t, pv.Name).Annotations[resize.AnnPreResizeCapacity]; ok {
+	if _, ok := e.PV(t, pv.Name).Annotations[expand.AnnPreResizeCapacity]; ok {
 		t.Error("pre-resize-capacity written for an expansion without a node step")
 	}
 	viaStatus := false
@@ -229,7 +229,7 @@ func TestNodeExpansionNotRequiredWithoutNodeStep(t *testing.T) {
 		if f.Subresource != "status" {
 			t.Errorf("csi-resizer wrote the PVC itself (managedFields %s), want status writes only", f.FieldsV1.String())
 		}
-		if f.FieldsV1 != nil && strings.Contains(string(f.FieldsV1.Raw), `"f:`+resize.AnnNodeExpansionNotRequired+`"`) {
+		if f.FieldsV1 != nil && strings.Contains(string(f.FieldsV1.Raw), `"f:`+expand.AnnNodeExpansionNotRequired+`"`) {
 			viaStatus = true
 		}
 	}
@@ -248,7 +248,7 @@ func TestNodeExpansionNotRequiredLegacyMode(t *testing.T) {
 		c := pvc.Status.Capacity[v1.ResourceStorage]
 		return scenario.Is(c, "2Gi"), "want status.capacity 2Gi"
 	})
-	if got, ok := e.PVC(t, "data").Annotations[resize.AnnNodeExpansionNotRequired]; ok {
+	if got, ok := e.PVC(t, "data").Annotations[expand.AnnNodeExpansionNotRequired]; ok {
 		t.Errorf("node-expansion-not-required = %q in legacy mode, want none", got)
 	}
 }

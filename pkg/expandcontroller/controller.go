@@ -1,15 +1,15 @@
 // Package controller runs the sidecar's reconcile loop: it watches the PVCs and PVs of one CSI
-// driver, asks pkg/resize what to do with each PVC, and carries the plan out: status patches
+// driver, asks pkg/expand what to do with each PVC, and carries the plan out: status patches
 // through pkg/status, the driver call through pkg/csi, events and metrics.
 //
 // It has the shape of Kubernetes' sample-controller: the event handlers only put keys in the
 // work queue, and sync(ctx, key) reads the PVC and its PV from the listers and acts on what
-// pkg/resize decides from them. The controller decides nothing itself: sizes, states, retry
-// times, node-step outcomes and the wait for pods are pure functions of the PVC in pkg/resize,
+// pkg/expand decides from them. The controller decides nothing itself: sizes, states, retry
+// times, node-step outcomes and the wait for pods are pure functions of the PVC in pkg/expand,
 // so a restarted resizer, or this one woken by the echo of its own write, decides the same.
 // What it keeps in memory is in legacyFailed (handlers.go); the metrics' bookkeeping is
 // pkg/metrics.Observer's.
-package controller
+package expandcontroller
 
 import (
 	"context"
@@ -32,12 +32,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/binding"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	"github.com/csi-resizer/csi-resizer/pkg/inuse"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -111,7 +111,7 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 		pvLister:  pvs.Lister(),
 		// The API-error backoff: from --retry-interval-start, doubling up to
 		// --retry-interval-max. Driver errors are retried on the PVC's own clock instead
-		// (resize.RetryWait). The name is upstream's, so workqueue_* series match.
+		// (expand.RetryWait). The name is upstream's, so workqueue_* series match.
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](cfg.RetryIntervalStart, cfg.RetryIntervalMax),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: cfg.Driver.Name + "-pvc", Clock: cfg.Clock}),
@@ -187,14 +187,14 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if pv, err = c.removePreResizeCapacity(ctx, pvc, pv); err != nil {
 		return 0, err
 	}
-	obs := resize.Observe(pvc, pv, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
+	obs := expand.Observe(pvc, pv, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
 	if r := c.obs.NodeProgress(ctx, key, pvc, obs); r != nil {
 		c.cfg.Recorder.Eventf(pvc, v1.EventTypeNormal, EventResizeRecovered,
 			"recovered from a failed expansion: volume expanded from %s to %s in %s (file system included)", r.From.String(), r.To.String(), r.Took)
 	}
-	plan := resize.PlanExpansion(obs)
+	plan := expand.PlanExpansion(obs)
 	logger.V(4).Info("Planned", "action", plan.Action, "target", plan.Target.String(), "recovery", plan.Recovery, "why", plan.Why)
-	if plan.Action == resize.Nothing {
+	if plan.Action == expand.Nothing {
 		c.obs.Idle(key, obs)
 		return 0, nil
 	}
@@ -204,20 +204,20 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	c.obs.Begin(key, pvc, obs)
 	switch plan.Action {
-	case resize.RedriveNode:
+	case expand.RedriveNode:
 		return 0, c.redriveNode(ctx, key, pvc, plan)
-	case resize.ExpandNodeOnly:
+	case expand.ExpandNodeOnly:
 		return 0, c.expandNodeOnly(ctx, key, pvc, pv, obs, plan)
 	default:
 		return c.expandController(ctx, key, pvc, pv, plan)
 	}
 }
 
-// retryWait is resize.RetryWait with this controller's policy and, in legacy mode, the failed
+// retryWait is expand.RetryWait with this controller's policy and, in legacy mode, the failed
 // request it remembers.
-func (c *Controller) retryWait(key string, pvc *v1.PersistentVolumeClaim, obs resize.Observed, plan resize.Plan) time.Duration {
-	retry := resize.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
-	return resize.RetryWait(pvc, obs, plan, c.legacyFailed(key), retry, c.cfg.Clock.Now())
+func (c *Controller) retryWait(key string, pvc *v1.PersistentVolumeClaim, obs expand.Observed, plan expand.Plan) time.Duration {
+	retry := expand.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
+	return expand.RetryWait(pvc, obs, plan, c.legacyFailed(key), retry, c.cfg.Clock.Now())
 }
 
 // volumeOf is binding.VolumeOf for this controller's driver.
@@ -231,7 +231,7 @@ func (c *Controller) preResizeAnnotation(pv *v1.PersistentVolume, pvc *v1.Persis
 	if !c.cfg.AnnotateFsResize {
 		return nil
 	}
-	return resize.PreResizeCapacity(pv, pvc.Status.Capacity[v1.ResourceStorage], nodeRequired)
+	return expand.PreResizeCapacity(pv, pvc.Status.Capacity[v1.ResourceStorage], nodeRequired)
 }
 
 // removePreResizeCapacity removes the PV's pre-resize-capacity annotation once the node step
@@ -239,11 +239,11 @@ func (c *Controller) preResizeAnnotation(pv *v1.PersistentVolume, pvc *v1.Persis
 // kubelet nor kube-controller-manager removes it for a CSI volume). It returns the PV as
 // written.
 func (c *Controller) removePreResizeCapacity(ctx context.Context, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) (*v1.PersistentVolume, error) {
-	if !c.cfg.AnnotateFsResize || !resize.PreResizeCapacityDone(pvc, pv) {
+	if !c.cfg.AnnotateFsResize || !expand.PreResizeCapacityDone(pvc, pv) {
 		return pv, nil
 	}
-	klog.FromContext(ctx).V(4).Info("The node step is over: removing the pre-resize-capacity annotation", "annotation", pv.Annotations[resize.AnnPreResizeCapacity])
-	return c.cfg.Writer.PatchVolume(ctx, pv, pv.Spec.Capacity[v1.ResourceStorage], resize.RemovePreResizeCapacity())
+	klog.FromContext(ctx).V(4).Info("The node step is over: removing the pre-resize-capacity annotation", "annotation", pv.Annotations[expand.AnnPreResizeCapacity])
+	return c.cfg.Writer.PatchVolume(ctx, pv, pv.Spec.Capacity[v1.ResourceStorage], expand.RemovePreResizeCapacity())
 }
 
 func (c *Controller) now() metav1.Time {

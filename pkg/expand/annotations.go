@@ -1,4 +1,4 @@
-package resize
+package expand
 
 import (
 	v1 "k8s.io/api/core/v1"

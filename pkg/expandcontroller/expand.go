@@ -1,4 +1,4 @@
-package controller
+package expandcontroller
 
 import (
 	"context"
@@ -11,13 +11,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
 // expandController carries out an ExpandController plan: record the target, call the driver,
 // record its answer.
-func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan resize.Plan) (time.Duration, error) {
+func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, plan expand.Plan) (time.Duration, error) {
 	if waiting, err := c.waitForPods(ctx, pvc, true); err != nil || waiting {
 		return 0, err
 	}
@@ -28,7 +28,7 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	}
 	// docs/design.md §2.3 rule 3: record the target before calling the driver, guarded by
 	// resourceVersion so a decision taken on a stale PVC is never written.
-	written, err := c.writeStatus(ctx, key, pvc, resize.StartedStatus(pvc.Status, plan, c.cfg.Legacy, c.now()), resize.WriteStarted)
+	written, err := c.writeStatus(ctx, key, pvc, expand.StartedStatus(pvc.Status, plan, c.cfg.Legacy, c.now()), expand.WriteStarted)
 	if err != nil {
 		return 0, err
 	}
@@ -51,13 +51,13 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, pvc, res.NodeExpansionRequired)); err != nil {
 		// The volume did grow: the next attempt keeps the allocated size (state is still
 		// ControllerResizeInProgress with no final error) and the driver call is idempotent.
-		return 0, c.unrecorded(key, written, resize.ClassNone, err)
+		return 0, c.unrecorded(key, written, expand.ClassNone, err)
 	}
 	now := c.now()
-	if _, err := c.recordOutcome(ctx, key, written, resize.ExpandedWrite(res.NodeExpansionRequired), func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
-		return resize.ExpandedStatus(st, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, now)
+	if _, err := c.recordOutcome(ctx, key, written, expand.ExpandedWrite(res.NodeExpansionRequired), func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return expand.ExpandedStatus(st, plan, newSize, res.NodeExpansionRequired, c.cfg.Legacy, now)
 	}); err != nil {
-		return 0, c.unrecorded(key, written, resize.ClassNone, err)
+		return 0, c.unrecorded(key, written, expand.ClassNone, err)
 	}
 	c.expanded(key, pvc, newSize, res.NodeExpansionRequired)
 	return 0, nil
@@ -65,8 +65,8 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 
 // expansionFailed records a failed ControllerExpandVolume (docs/design.md §2.3 rule 6) and says
 // when to retry.
-func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan, callErr error) (time.Duration, error) {
-	ce := resize.ClassifyError(callErr)
+func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan expand.Plan, callErr error) (time.Duration, error) {
+	ce := expand.ClassifyError(callErr)
 	c.obs.Failed(key, ce)
 	// The event goes out whether or not the PVC can record the error: it is the user's only
 	// word of the failure when the write fails.
@@ -75,8 +75,8 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 		c.setLegacyFailed(key, &plan.Target)
 	}
 	now := c.now()
-	written, err := c.recordOutcome(ctx, key, pvc, resize.WriteFailed, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
-		return resize.FailedStatus(st, ce, c.cfg.Legacy, now)
+	written, err := c.recordOutcome(ctx, key, pvc, expand.WriteFailed, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return expand.FailedStatus(st, ce, c.cfg.Legacy, now)
 	})
 	if err != nil {
 		return 0, c.unrecorded(key, pvc, ce.Class, errors.Join(fmt.Errorf("ControllerExpandVolume: %w", callErr), err))
@@ -88,15 +88,15 @@ func (c *Controller) expansionFailed(ctx context.Context, key string, pvc *v1.Pe
 		return 0, err
 	}
 	// The retry runs on the PVC's clock, as the sync woken by this write's echo computes it.
-	obs := resize.Observe(written, nil, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
-	return max(time.Millisecond, c.retryWait(key, written, obs, resize.PlanExpansion(obs))), nil
+	obs := expand.Observe(written, nil, c.cfg.Driver.NodeOnly(), c.cfg.Legacy)
+	return max(time.Millisecond, c.retryWait(key, written, obs, expand.PlanExpansion(obs))), nil
 }
 
 // waitForPods reports whether the expansion must wait because a pod uses a volume that can
 // only be expanded offline (docs/design.md §2.3 rule 9). The pod watcher tells the queue when
 // the pod goes. A wait is reported once, with an event when report is set.
 func (c *Controller) waitForPods(ctx context.Context, pvc *v1.PersistentVolumeClaim, report bool) (bool, error) {
-	if !resize.WaitsForPods(pvc, c.cfg.HandleVolumeInUse, c.cfg.Driver.OfflineOnly) {
+	if !expand.WaitsForPods(pvc, c.cfg.HandleVolumeInUse, c.cfg.Driver.OfflineOnly) {
 		return false, nil
 	}
 	inUse, first, err := c.pods.Wait(ctx, pvc.Namespace, pvc.Name)
@@ -128,16 +128,16 @@ func (c *Controller) expanded(key string, pvc *v1.PersistentVolumeClaim, newSize
 
 // expandNodeOnly handles a driver without controller expansion: no CSI call, the PV capacity
 // is set (lowered only in the KEP-1790 Case 2 recovery) and the node takes over.
-func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, obs resize.Observed, plan resize.Plan) error {
-	nodeRequired := resize.NodeRequired(obs, plan)
+func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, obs expand.Observed, plan expand.Plan) error {
+	nodeRequired := expand.NodeRequired(obs, plan)
 	// The PV first: the kubelet acts only once the PVC says NodeResizePending, and then it
 	// must find the new capacity on the PV.
 	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, plan.Target, c.preResizeAnnotation(pv, pvc, nodeRequired)); err != nil {
 		return err
 	}
 	c.obs.Started(key, plan)
-	done := resize.ExpandedStatus(pvc.Status, plan, plan.Target, nodeRequired, c.cfg.Legacy, c.now())
-	if _, err := c.writeStatus(ctx, key, pvc, done, resize.ExpandedWrite(nodeRequired)); err != nil {
+	done := expand.ExpandedStatus(pvc.Status, plan, plan.Target, nodeRequired, c.cfg.Legacy, c.now())
+	if _, err := c.writeStatus(ctx, key, pvc, done, expand.ExpandedWrite(nodeRequired)); err != nil {
 		return err
 	}
 	c.expanded(key, pvc, plan.Target, nodeRequired)
@@ -145,8 +145,8 @@ func (c *Controller) expandNodeOnly(ctx context.Context, key string, pvc *v1.Per
 }
 
 // redriveNode puts a PVC whose node expansion failed back in the node's hands.
-func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan resize.Plan) error {
-	if _, err := c.writeStatus(ctx, key, pvc, resize.RedrivenStatus(pvc.Status, plan, c.now()), resize.WriteNodePending); err != nil {
+func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan expand.Plan) error {
+	if _, err := c.writeStatus(ctx, key, pvc, expand.RedrivenStatus(pvc.Status, plan, c.now()), expand.WriteNodePending); err != nil {
 		return err
 	}
 	c.obs.HandedToNode(key, pvc.Status.Capacity[v1.ResourceStorage], plan.Target)
@@ -159,7 +159,7 @@ func (c *Controller) redriveNode(ctx context.Context, key string, pvc *v1.Persis
 // write of kind w. The cache may still hold a version the PVC read again replaces, this
 // process's own pre-call write: deciding on it would call the driver again, so it is recorded
 // as replaced.
-func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, w resize.ClaimWrite, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
+func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, w expand.ClaimWrite, outcome func(v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
 	return status.WriteOutcome(ctx, c.cfg.Client, pvc, outcome,
 		func(p *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus) (*v1.PersistentVolumeClaim, error) {
 			return c.writeStatus(ctx, key, p, st, w)
@@ -174,8 +174,8 @@ func (c *Controller) recordOutcome(ctx context.Context, key string, pvc *v1.Pers
 // (docs/design.md §2.9), records the write for the freshness check and tells the observer of
 // the state transition. The annotation is decided on pvc, so a write after a conflict's
 // re-read decides it on what the PVC holds then.
-func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus, w resize.ClaimWrite) (*v1.PersistentVolumeClaim, error) {
-	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, resize.NodeExpansionNotRequired(pvc, w, c.cfg.Legacy), true)
+func (c *Controller) writeStatus(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, st v1.PersistentVolumeClaimStatus, w expand.ClaimWrite) (*v1.PersistentVolumeClaim, error) {
+	out, err := c.cfg.Writer.PatchClaimStatus(ctx, pvc, st, expand.NodeExpansionNotRequired(pvc, w, c.cfg.Legacy), true)
 	if err != nil {
 		return nil, err
 	}
@@ -202,8 +202,8 @@ const holdExpansion = "expansion"
 // have, had the answer been recorded (--retry-interval-max after an infeasible answer,
 // --retry-interval-start otherwise), unless the user changes the requested size
 // (docs/design.md §2.3 rule 8). It returns err.
-func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, answer resize.ErrorClass, err error) error {
-	retry := resize.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
+func (c *Controller) unrecorded(key string, decidedOn *v1.PersistentVolumeClaim, answer expand.ErrorClass, err error) error {
+	retry := expand.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
 	c.fresh.Hold(holdExpansion, key, requestedSize(decidedOn), c.cfg.Clock.Now().Add(retry.AfterUnrecorded(answer)))
 	return err
 }

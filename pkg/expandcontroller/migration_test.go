@@ -1,4 +1,4 @@
-package controller
+package expandcontroller
 
 import (
 	"testing"
@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 const ebsDriver = "ebs.csi.aws.com"
@@ -88,7 +88,7 @@ func TestUpstreamAnnotations(t *testing.T) {
 	f := newFixture(t, Config{AnnotateFsResize: true}, pvc, pv)
 	f.driver.answers = []answer{{node: true}}
 	f.sync("data")
-	if got := f.pv("pv-data").Annotations[resize.AnnPreResizeCapacity]; got != "1Gi" {
+	if got := f.pv("pv-data").Annotations[expand.AnnPreResizeCapacity]; got != "1Gi" {
 		t.Errorf("pre-resize-capacity %q, want the PVC's capacity before, 1Gi", got)
 	}
 	f.update("data", func(pvc *v1.PersistentVolumeClaim) { // the kubelet finishes
@@ -98,25 +98,25 @@ func TestUpstreamAnnotations(t *testing.T) {
 	})
 	f.sync("data")
 	f.sync("data")
-	if got, ok := f.pv("pv-data").Annotations[resize.AnnPreResizeCapacity]; ok {
+	if got, ok := f.pv("pv-data").Annotations[expand.AnnPreResizeCapacity]; ok {
 		t.Errorf("pre-resize-capacity %q still there after the node step", got)
 	}
 	if w := f.writes(); w["persistentvolumes/"] != 2 {
 		t.Errorf("API writes %v, want 2 PV writes: the capacity, then the removal", w)
 	}
-	if _, ok := f.pvc("data").Annotations[resize.AnnNodeExpansionNotRequired]; ok {
+	if _, ok := f.pvc("data").Annotations[expand.AnnNodeExpansionNotRequired]; ok {
 		t.Error("node-expansion-not-required set on a resize with a node step")
 	}
 
 	f.update("data", setRequest("3Gi")) // no node step: the annotation is set
 	f.sync("data")
-	if got := f.pvc("data"); got.Annotations[resize.AnnNodeExpansionNotRequired] != "true" || storage(got.Status.Capacity) != "3Gi" {
+	if got := f.pvc("data"); got.Annotations[expand.AnnNodeExpansionNotRequired] != "true" || storage(got.Status.Capacity) != "3Gi" {
 		t.Errorf("annotations %v capacity %s, want node-expansion-not-required and 3Gi", got.Annotations, storage(got.Status.Capacity))
 	}
 	f.update("data", setRequest("4Gi")) // the next call removes it; its failure does not set it
 	f.driver.answers = []answer{{err: grpcErr(codes.Internal, "boom")}}
 	f.sync("data")
-	if got := f.pvc("data"); got.Annotations[resize.AnnNodeExpansionNotRequired] != "" || condition(got, v1.PersistentVolumeClaimControllerResizeError) == nil {
+	if got := f.pvc("data"); got.Annotations[expand.AnnNodeExpansionNotRequired] != "" || condition(got, v1.PersistentVolumeClaimControllerResizeError) == nil {
 		t.Errorf("annotations %v conditions %v; want the annotation gone and the error recorded", got.Annotations, got.Status.Conditions)
 	}
 }
@@ -126,14 +126,14 @@ func TestUpstreamAnnotations(t *testing.T) {
 // when it is listed, and sync removes the annotation.
 func TestPreResizeCapacityQueued(t *testing.T) {
 	pvc, pv := claim("data", "2Gi", "2Gi")
-	pv.Annotations = map[string]string{resize.AnnPreResizeCapacity: "1Gi"}
+	pv.Annotations = map[string]string{expand.AnnPreResizeCapacity: "1Gi"}
 	f := newFixture(t, Config{AnnotateFsResize: true}, pvc, pv)
 	f.ctrl.claimAdded(f.pvc("data"))
 	if n := f.ctrl.queue.Len(); n != 1 {
 		t.Fatalf("queue length %d, want 1", n)
 	}
 	f.sync("data")
-	if got, ok := f.pv("pv-data").Annotations[resize.AnnPreResizeCapacity]; ok || f.driver.count() != 0 {
+	if got, ok := f.pv("pv-data").Annotations[expand.AnnPreResizeCapacity]; ok || f.driver.count() != 0 {
 		t.Errorf("pre-resize-capacity %q, %d driver calls; want it removed and no call", got, f.driver.count())
 	}
 }
@@ -144,7 +144,7 @@ func TestPreResizeCapacityQueued(t *testing.T) {
 func TestPVUpdateQueuesOnlyTheRemoval(t *testing.T) {
 	pvc, pv := claim("data", "2Gi", "1Gi")
 	pv.Spec.Capacity[v1.ResourceStorage] = resource.MustParse("2Gi")
-	pv.Annotations = map[string]string{resize.AnnPreResizeCapacity: "1Gi"}
+	pv.Annotations = map[string]string{expand.AnnPreResizeCapacity: "1Gi"}
 	pvc.Status.AllocatedResources = v1.ResourceList{v1.ResourceStorage: resource.MustParse("2Gi")}
 	pvc.Status.AllocatedResourceStatuses = map[v1.ResourceName]v1.ClaimResourceStatus{v1.ResourceStorage: v1.PersistentVolumeClaimNodeResizePending}
 	f := newFixture(t, Config{AnnotateFsResize: true}, pvc, pv)

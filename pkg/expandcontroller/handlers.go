@@ -1,13 +1,13 @@
-package controller
+package expandcontroller
 
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/csi-resizer/csi-resizer/pkg/expand"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/binding"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
-	"github.com/csi-resizer/csi-resizer/pkg/resize"
 )
 
 // The event handlers only queue keys; sync decides. Their filters are cheap and only drop
@@ -36,7 +36,7 @@ func (c *Controller) preResizeCapacityToRemove(pvc *v1.PersistentVolumeClaim) bo
 		return false
 	}
 	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
-	return err == nil && resize.PreResizeCapacityDone(pvc, pv) && migration.Owns(c.cfg.Driver.Name, pvc, pv)
+	return err == nil && expand.PreResizeCapacityDone(pvc, pv) && migration.Owns(c.cfg.Driver.Name, pvc, pv)
 }
 
 // hasWork: the PVC needs work, or its PV's pre-resize-capacity is left to remove.
@@ -87,7 +87,7 @@ func (c *Controller) volumeUpdated(oldObj, newObj any) {
 	case !ok1 || !ok2:
 	case old.Spec.ClaimRef == nil && pv.Spec.ClaimRef != nil:
 		c.enqueueClaimOf(pv, c.hasWork)
-	case pv.Annotations[resize.AnnPreResizeCapacity] != "":
+	case pv.Annotations[expand.AnnPreResizeCapacity] != "":
 		c.enqueueClaimOf(pv, c.preResizeCapacityToRemove)
 	}
 }

@@ -7,7 +7,7 @@
 // that crashed (KEP-1790 Case 4), and what makes the rules table-testable and fuzzable.
 //
 // A bare "rule N" in this package's comments is rule N of docs/design.md §2.3.
-package resize
+package expand
 
 import (
 	"fmt"
