@@ -108,7 +108,7 @@ expect() { # DIR "Kind=N ..." [namespace-agnostic]
   fi
 }
 expect rbac "ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 ServiceAccount=1" namespace-agnostic
-expect statefulset-resizer "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=2 RoleBinding=2 Service=1 ServiceAccount=1" namespace-agnostic
+expect statefulset-resizer "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=3 RoleBinding=3 Service=1 ServiceAccount=1" namespace-agnostic
 expect monitoring "PrometheusRule=1 ServiceMonitor=2" namespace-agnostic
 expect monitoring/csi-resizer-service "Service=1" namespace-agnostic
 expect sidecar/examples/csi-hostpath "ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 Service=1 ServiceAccount=1 StatefulSet=1"
@@ -141,7 +141,7 @@ render "$w" "$tmp/ns-sts" && check_subjects statefulset-resizer "$tmp/ns-sts" ma
 w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/statefulset-resizer\ncomponents:\n- @REL@/statefulset-resizer/webhook')
 if render "$w" "$tmp/ns-sts-webhook"; then
   got=$(counts "$tmp/ns-sts-webhook")
-  [[ "$got" == "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 MutatingWebhookConfiguration=1 Role=2 RoleBinding=2 Service=2 ServiceAccount=1" ]] ||
+  [[ "$got" == "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=1" ]] ||
     fail "statefulset-resizer + webhook renders [$got]"
   [[ $(grep -c '^      namespace: manifests-check$' "$tmp/ns-sts-webhook") == 2 ]] ||
     fail "statefulset-resizer + webhook: the webhooks' clientConfig.service.namespace is not the kustomization's namespace"
