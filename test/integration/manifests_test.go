@@ -98,7 +98,7 @@ images:
 resources:
 - @DEPLOY@/statefulset-resizer
 `,
-		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1, "Service": 1},
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 3, "RoleBinding": 3, "Deployment": 1, "Service": 1},
 	},
 	{
 		name: "statefulset-resizer with the webhook component",
@@ -108,7 +108,7 @@ resources:
 components:
 - @DEPLOY@/statefulset-resizer/webhook
 `,
-		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1, "Service": 2,
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 3, "RoleBinding": 3, "Deployment": 1, "Service": 2,
 			"MutatingWebhookConfiguration": 1},
 	},
 	{
