@@ -1076,7 +1076,7 @@ func startInProcessStatefulSetResizer(t *testing.T, ctx context.Context, cluster
 		t.Fatal(err)
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
-	ctrl, err := controller.New(ctx, client, factory, &record.FakeRecorder{}, clock.RealClock{}, controller.Options{Metrics: m})
+	ctrl, err := controller.New(ctx, client, factory, &record.FakeRecorder{}, clock.RealClock{}, controller.Options{Metrics: m, RecordNamespace: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
