@@ -112,6 +112,7 @@ func TestBinaryHelp(t *testing.T) {
 	// The defaults as --help prints them; "" = no default shown (zero value).
 	shown := map[string]string{
 		"csi-address": `"/run/csi/socket"`, "kubeconfig": "", "master": "", "timeout": "10s", "workers": "10",
+		"resize-timeout": "10s", "modify-timeout": "10s",
 		"resync-period": "10m0s", "retry-interval-start": "1s", "retry-interval-max": "5m0s",
 		"handle-volume-inuse-error": "true", "leader-election": "", "leader-election-namespace": "",
 		"leader-election-lease-duration": "15s", "leader-election-renew-deadline": "10s",

@@ -24,8 +24,12 @@ import (
 type Options struct {
 	Common *standardflags.SidecarConfiguration
 
-	Master                 string
-	Timeout                time.Duration
+	Master  string
+	Timeout time.Duration
+	// ResizeTimeout and ModifyTimeout bound each ControllerExpandVolume and
+	// ControllerModifyVolume call. ResolveTimeouts applies upstream's precedence.
+	ResizeTimeout          time.Duration
+	ModifyTimeout          time.Duration
 	Workers                int
 	ResyncPeriod           time.Duration
 	RetryIntervalStart     time.Duration
@@ -64,7 +68,9 @@ func AddFlags(fs *flag.FlagSet) *Options {
 		o.startupNotes = append(o.startupNotes, fmt.Sprintf(format, args...))
 	})
 	fs.StringVar(&o.Master, "master", "", "Master URL to build a client config from. Either this or kubeconfig needs to be set if the resizer is being run out of cluster.")
-	fs.DurationVar(&o.Timeout, "timeout", 10*time.Second, "Timeout for waiting for the CSI driver socket and for each CSI call.")
+	fs.DurationVar(&o.Timeout, "timeout", 10*time.Second, "Timeout for waiting for the CSI driver socket and for its start-up calls. When set explicitly, it is also the timeout of every ControllerExpandVolume and ControllerModifyVolume call, overriding --resize-timeout and --modify-timeout (as upstream).")
+	fs.DurationVar(&o.ResizeTimeout, "resize-timeout", 10*time.Second, "Timeout of each ControllerExpandVolume call. Ignored when --timeout is set explicitly.")
+	fs.DurationVar(&o.ModifyTimeout, "modify-timeout", 10*time.Second, "Timeout of each ControllerModifyVolume call. Ignored when --timeout is set explicitly.")
 	fs.IntVar(&o.Workers, "workers", 10, "Number of PVCs processed concurrently.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", 10*time.Minute, "Resync period for the informer caches.")
 	fs.DurationVar(&o.RetryIntervalStart, "retry-interval-start", time.Second, "Initial retry interval of a failed volume expansion. It doubles with each failure, up to retry-interval-max.")
@@ -88,6 +94,12 @@ func (o *Options) Validate() error {
 	if o.Timeout <= 0 {
 		errs = append(errs, fmt.Sprintf("--timeout must be positive, got %s", o.Timeout))
 	}
+	if o.ResizeTimeout <= 0 {
+		errs = append(errs, fmt.Sprintf("--resize-timeout must be positive, got %s", o.ResizeTimeout))
+	}
+	if o.ModifyTimeout <= 0 {
+		errs = append(errs, fmt.Sprintf("--modify-timeout must be positive, got %s", o.ModifyTimeout))
+	}
 	if o.RetryIntervalStart <= 0 {
 		errs = append(errs, fmt.Sprintf("--retry-interval-start must be positive, got %s", o.RetryIntervalStart))
 	}
@@ -107,6 +119,31 @@ func (o *Options) Validate() error {
 		return nil
 	}
 	return errors.New(strings.Join(errs, "; "))
+}
+
+// ResolveTimeouts applies upstream's precedence of the call timeouts (kubernetes-csi/
+// external-resizer#596) once fs is parsed: a --timeout given on the command line, even at its
+// default value, is the deadline of both calls, whatever --resize-timeout and --modify-timeout
+// say; otherwise each of those is its call's own. So a chart written for the older binaries,
+// which knew only --timeout, keeps its meaning. When --timeout overrides one of them that was
+// set too, a start-up note says so: the flag the user wrote has no effect.
+func (o *Options) ResolveTimeouts(fs *flag.FlagSet) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["timeout"] {
+		return
+	}
+	for _, name := range []string{"resize-timeout", "modify-timeout"} {
+		if set[name] {
+			o.startupNotes = append(o.startupNotes, fmt.Sprintf("--timeout=%s is set, so it overrides --%s (upstream's precedence): drop --timeout to use --%s", o.Timeout, name, name))
+		}
+	}
+	o.ResizeTimeout, o.ModifyTimeout = o.Timeout, o.Timeout
+}
+
+// CallTimeout is the longest a driver call may take: what a stopping worker may still wait for.
+func (o *Options) CallTimeout() time.Duration {
+	return max(o.ResizeTimeout, o.ModifyTimeout)
 }
 
 // HTTPAddress is the address of the diagnostics server, "" when off.

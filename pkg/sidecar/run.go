@@ -58,6 +58,7 @@ func Main(args []string, version string) int {
 	if code, exit := parseFlags(fs, args, version); exit {
 		return code
 	}
+	opts.ResolveTimeouts(fs)
 	if opts.Common.ShowVersion {
 		fmt.Println(os.Args[0], version)
 		return 0
@@ -157,7 +158,7 @@ func run(ctx context.Context, opts *Options, version string) error {
 		return err
 	}
 	opts.LogStartupNotes(logger)
-	return lifecycle.Run(ctx, opts.Timeout+stopGracePeriod, elector, func(ctx context.Context) error {
+	return lifecycle.Run(ctx, opts.CallTimeout()+stopGracePeriod, elector, func(ctx context.Context) error {
 		factory.Start(ctx.Done())
 		return runAll(ctx, opts.Workers, runners)
 	})
@@ -174,7 +175,8 @@ func registerMetrics(mm csimetrics.CSIMetricsManager, rec *metrics.Recorder, dri
 	mm.RegisterToServer(mux, path)
 }
 
-// stopGracePeriod is how long, beyond one CSI call (--timeout), a stopping process waits for
+// stopGracePeriod is how long, beyond one CSI call (the longer of --resize-timeout and
+// --modify-timeout), a stopping process waits for
 // the controllers' workers to finish the PVC they are on; then the Lease is released (with
 // ReleaseLeaderElectionOnExit) and the process exits 0 (internal/lifecycle).
 const stopGracePeriod = 5 * time.Second
@@ -190,7 +192,7 @@ func newControllers(opts *Options, driver csi.Driver, conn *grpc.ClientConn, cli
 	rec *metrics.Recorder, factory informers.SharedInformerFactory, leading func() error, expandOn, modifyOn bool) []runner {
 	pvcs := factory.Core().V1().PersistentVolumeClaims()
 	pvs := factory.Core().V1().PersistentVolumes()
-	driverClient := csi.NewClient(conn, opts.Timeout)
+	driverClient := csi.NewClient(conn, opts.ResizeTimeout, opts.ModifyTimeout)
 	writer := &status.APIWriter{Client: client, FieldManager: "csi-resizer"}
 	fresh := freshness.New()
 	var runners []runner
