@@ -38,6 +38,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	"github.com/csi-resizer/csi-resizer/pkg/inuse"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/nodelocal"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -78,6 +79,9 @@ type Config struct {
 	// Leading, with --leader-election, says whether this process may still act as the leader
 	// (leaseguard.Guard.Check); it is asked right before every driver call. nil: always.
 	Leading func() error
+	// Scope, with --node-deployment, limits the controller to the volumes local to its node
+	// (docs/design.md §2.12); nil: every volume of the driver.
+	Scope *nodelocal.Scope
 }
 
 // Controller reconciles the PVCs of one driver.
@@ -131,6 +135,10 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 	// The registrations' HasSynced, not the informers': workers start only after the handlers
 	// have seen the whole initial list.
 	c.synced = []cache.InformerSynced{claims.HasSynced, volumes.HasSynced}
+	if cfg.Scope != nil {
+		node, _ := cfg.Scope.OnLabelsChanged(c.requeueAll)
+		c.synced = append(c.synced, node.HasSynced)
+	}
 	return c
 }
 
@@ -138,7 +146,7 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
-	c.pods = inuse.New(ctx, c.cfg.Client, func(keys []string) {
+	c.pods = inuse.New(ctx, c.cfg.Client, c.cfg.Scope.NodeName(), func(keys []string) {
 		for _, k := range keys {
 			c.queue.Add(k)
 		}
@@ -184,6 +192,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(pvc), "pv", klog.KObj(pv))
 	ctx = klog.NewContext(ctx, logger)
+	if !c.cfg.Scope.Handles(logger, pv) {
+		return 0, nil // another node's volume, or no node instance's (--node-deployment)
+	}
 	if pv, err = c.removePreResizeCapacity(ctx, pvc, pv); err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package expandcontroller
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/csi-resizer/csi-resizer/pkg/expand"
@@ -44,8 +45,19 @@ func (c *Controller) hasWork(pvc *v1.PersistentVolumeClaim) bool {
 	return needsWork(pvc) || c.preResizeCapacityToRemove(pvc)
 }
 
+// mayBeLocal drops, with --node-deployment, a PVC whose PV is certainly another node's: every
+// instance but one sees each of those (docs/design.md §2.12). A PV not in the cache yet passes:
+// volumeAdded filters again when it comes.
+func (c *Controller) mayBeLocal(pvc *v1.PersistentVolumeClaim) bool {
+	if c.cfg.Scope == nil {
+		return true
+	}
+	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
+	return err != nil || c.cfg.Scope.MayBeLocal(pv)
+}
+
 func (c *Controller) claimAdded(obj any) {
-	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && c.hasWork(pvc) {
+	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && c.hasWork(pvc) && c.mayBeLocal(pvc) {
 		c.enqueue(pvc)
 	}
 }
@@ -58,7 +70,7 @@ func (c *Controller) claimAdded(obj any) {
 func (c *Controller) claimUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*v1.PersistentVolumeClaim)
 	pvc, ok2 := newObj.(*v1.PersistentVolumeClaim)
-	if ok1 && ok2 && (needsWork(old) || c.hasWork(pvc)) {
+	if ok1 && ok2 && (needsWork(old) || c.hasWork(pvc)) && c.mayBeLocal(pvc) {
 		c.enqueue(pvc)
 	}
 }
@@ -97,12 +109,26 @@ func (c *Controller) volumeUpdated(oldObj, newObj any) {
 // want says the PVC has work.
 func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume, want func(*v1.PersistentVolumeClaim) bool) {
 	ref := pv.Spec.ClaimRef
-	if ref == nil || !binding.MayBeDrivers(pv, c.cfg.Driver.Name) {
+	if ref == nil || !binding.MayBeDrivers(pv, c.cfg.Driver.Name) || !c.cfg.Scope.MayBeLocal(pv) {
 		return
 	}
 	pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
 	if err == nil && want(pvc) {
 		c.enqueue(pvc)
+	}
+}
+
+// requeueAll queues every PVC with work when the Node's labels change (--node-deployment):
+// volumes may have become this node's. Node labels change rarely; a scan of the cache is cheap.
+func (c *Controller) requeueAll() {
+	pvcs, err := c.pvcLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, pvc := range pvcs {
+		if c.hasWork(pvc) && c.mayBeLocal(pvc) {
+			c.enqueue(pvc)
+		}
 	}
 }
 

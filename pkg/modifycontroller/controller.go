@@ -39,6 +39,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/modify"
+	"github.com/csi-resizer/csi-resizer/pkg/nodelocal"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -71,6 +72,9 @@ type Config struct {
 	// Leading is asked right before every driver call, as the expansion controller's
 	// Config.Leading. nil: always.
 	Leading func() error
+	// Scope, with --node-deployment, limits the controller to its node's volumes, as the
+	// expansion controller's Config.Scope (docs/design.md §2.12); nil: every volume.
+	Scope *nodelocal.Scope
 }
 
 // Controller reconciles the VolumeAttributesClass of the PVCs of one driver.
@@ -117,6 +121,10 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 		AddFunc: c.classAdded,
 	})
 	c.synced = []cache.InformerSynced{claims.HasSynced, volumes.HasSynced, classesReg.HasSynced}
+	if cfg.Scope != nil {
+		node, _ := cfg.Scope.OnLabelsChanged(func() { c.requeue(func(modify.Observed) bool { return true }) })
+		c.synced = append(c.synced, node.HasSynced)
+	}
 	return c
 }
 
@@ -158,6 +166,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(pvc), "pv", klog.KObj(pv))
 	ctx = klog.NewContext(ctx, logger)
+	if !c.cfg.Scope.Handles(logger, pv) {
+		return 0, nil // another node's volume, or no node instance's (--node-deployment)
+	}
 	plan := modify.Decide(o, c.class, c.cfg.Driver.Name)
 	logger.V(4).Info("Planned modification", "action", plan.Action, "target", plan.Target, "why", plan.Why)
 	switch plan.Action {

@@ -53,6 +53,16 @@ func (s *Scope) MayBeLocal(pv *v1.PersistentVolume) bool {
 	return v != OtherNode
 }
 
+// Includes reports, without a word, whether the PV is this instance's: always in controller
+// mode. The state metrics count only these, so that the node instances' series add up.
+func (s *Scope) Includes(pv *v1.PersistentVolume) bool {
+	if s == nil {
+		return true
+	}
+	v, _ := s.Decide(pv)
+	return v == Local
+}
+
 // Handles is sync's check: whether this instance may act on the PV. A volume no node instance
 // may act on (no affinity, an affinity several nodes may match, an invalid one) is said so at
 // -v=2, as the reason nothing happens to it; another node's volume only at -v=5.

@@ -36,6 +36,11 @@ type Options struct {
 	RetryIntervalMax       time.Duration
 	HandleVolumeInUseError bool
 	ExtraModifyMetadata    bool
+	// NodeDeployment and NodeName: one instance per node, each handling the volumes local to
+	// its node (docs/design.md §2.12). NodeName is --node-name, else $NODE_NAME
+	// (ResolveNodeName).
+	NodeDeployment bool
+	NodeName       string
 	// FeatureGates holds the gates' values once ApplyFeatureGates has run.
 	FeatureGates featuregate.MutableVersionedFeatureGate
 	// Logging is component-base's logging configuration (--logging-format, -v, --vmodule,
@@ -77,6 +82,8 @@ func AddFlags(fs *flag.FlagSet) *Options {
 	fs.DurationVar(&o.RetryIntervalMax, "retry-interval-max", 5*time.Minute, "Maximum retry interval of a failed volume expansion; also the retry interval of infeasible expansions.")
 	fs.BoolVar(&o.HandleVolumeInUseError, "handle-volume-inuse-error", true, "Wait, instead of retrying, while a pod uses a volume that the driver can only expand offline (FAILED_PRECONDITION). Watches pods only when needed.")
 	fs.BoolVar(&o.ExtraModifyMetadata, "extra-modify-metadata", false, "Add the PVC name and namespace and the PV name (csi.storage.k8s.io/pvc/name, csi.storage.k8s.io/pvc/namespace, csi.storage.k8s.io/pv/name) to the mutable parameters of ControllerModifyVolume.")
+	fs.BoolVar(&o.NodeDeployment, "node-deployment", false, "Run one instance per node, next to a driver whose controller service serves that node's volumes (a DaemonSet): each instance handles only the volumes whose PersistentVolume node affinity pins them to its node. The node is named by --node-name or the NODE_NAME environment variable. Cannot be combined with --leader-election.")
+	fs.StringVar(&o.NodeName, "node-name", "", "With --node-deployment, the name of this instance's Node; default: the NODE_NAME environment variable (set it from the downward API's spec.nodeName).")
 	fs.Var(&featureGateFlag{gate: o.FeatureGates, values: cflag.NewMapStringBool(&o.gates)}, "feature-gates",
 		"A set of key=value pairs that describe feature gates (those of external-resizer, with its defaults). Options are:\n"+strings.Join(features.Help(o.FeatureGates), "\n"))
 	o.Logging.AddGoFlags(fs)
@@ -115,10 +122,38 @@ func (o *Options) Validate() error {
 	if o.Common.CSIAddress == "" {
 		errs = append(errs, "--csi-address must not be empty")
 	}
+	errs = append(errs, o.validateNodeDeployment()...)
 	if len(errs) == 0 {
 		return nil
 	}
 	return errors.New(strings.Join(errs, "; "))
+}
+
+// validateNodeDeployment checks --node-deployment against the flags it needs or excludes.
+func (o *Options) validateNodeDeployment() []string {
+	switch {
+	case !o.NodeDeployment && o.NodeName != "":
+		return []string{"--node-name is only used with --node-deployment: add --node-deployment or drop --node-name"}
+	case !o.NodeDeployment:
+		return nil
+	}
+	var errs []string
+	if o.Common.LeaderElection {
+		errs = append(errs, "--node-deployment and --leader-election cannot be used together: each node's instance handles only its node's volumes, so none waits for a Lease; drop --leader-election")
+	}
+	if o.NodeName == "" {
+		errs = append(errs, "--node-deployment needs this instance's node name: set the NODE_NAME environment variable (from the downward API's spec.nodeName) or --node-name")
+	}
+	return errs
+}
+
+// ResolveNodeName takes the node's name from NODE_NAME (getenv) when --node-deployment is on
+// and --node-name is not given, as external-provisioner's and -snapshotter's node deployments
+// do. Without --node-deployment the variable is ignored: pods often carry it for other reasons.
+func (o *Options) ResolveNodeName(getenv func(string) string) {
+	if o.NodeDeployment && o.NodeName == "" {
+		o.NodeName = getenv("NODE_NAME")
+	}
 }
 
 // ResolveTimeouts applies upstream's precedence of the call timeouts (kubernetes-csi/

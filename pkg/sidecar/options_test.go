@@ -89,6 +89,11 @@ var upstreamDefaults = map[string]string{
 var aheadOfUpstream = map[string]struct{ def, why string }{
 	"resize-timeout": {"10s", "kubernetes-csi/external-resizer#596, merged 2026-08-05 after v2.2"},
 	"modify-timeout": {"10s", "kubernetes-csi/external-resizer#596, merged 2026-08-05 after v2.2"},
+	// Proposed upstream (issue #142, PR #573, open), as external-provisioner's and
+	// external-snapshotter's --node-deployment; upstream's PR reads NODE_NAME only, --node-name
+	// is ours for running outside a pod.
+	"node-deployment": {"false", "kubernetes-csi/external-resizer#573 (open), as external-provisioner's --node-deployment"},
+	"node-name":       {"", "ours: the node's name where NODE_NAME cannot be set"},
 }
 
 func TestFlagsAheadOfUpstream(t *testing.T) {
@@ -132,6 +137,11 @@ func TestValidate(t *testing.T) {
 		{name: "zero qps", change: func(o *Options) { o.Common.KubeAPIQPS = 0 }, want: []string{"--kube-api-qps"}},
 		{name: "zero burst", change: func(o *Options) { o.Common.KubeAPIBurst = 0 }, want: []string{"--kube-api-burst"}},
 		{name: "empty csi address", change: func(o *Options) { o.Common.CSIAddress = "" }, want: []string{"--csi-address"}},
+		{name: "node deployment", change: func(o *Options) { o.NodeDeployment, o.NodeName = true, "node-1" }},
+		{name: "node deployment without a node name", change: func(o *Options) { o.NodeDeployment = true }, want: []string{"--node-deployment", "NODE_NAME", "--node-name"}},
+		{name: "node deployment with leader election", change: func(o *Options) { o.NodeDeployment, o.NodeName, o.Common.LeaderElection = true, "node-1", true },
+			want: []string{"--node-deployment and --leader-election cannot be used together"}},
+		{name: "node name alone", change: func(o *Options) { o.NodeName = "node-1" }, want: []string{"--node-name is only used with --node-deployment"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := defaults(t)
@@ -222,6 +232,26 @@ func TestResolveTimeouts(t *testing.T) {
 				t.Errorf("CallTimeout() = %s, want %s", got, max(tc.resize, tc.mod))
 			}
 		})
+	}
+}
+
+// TestResolveNodeName: --node-name, else NODE_NAME, and only with --node-deployment.
+func TestResolveNodeName(t *testing.T) {
+	env := func(string) string { return "from-env" }
+	for _, tc := range []struct {
+		deployment bool
+		flag, want string
+	}{
+		{true, "", "from-env"},
+		{true, "from-flag", "from-flag"},
+		{false, "", ""},
+	} {
+		o := defaults(t)
+		o.NodeDeployment, o.NodeName = tc.deployment, tc.flag
+		o.ResolveNodeName(env)
+		if o.NodeName != tc.want {
+			t.Errorf("--node-deployment=%v --node-name=%q, NODE_NAME=from-env: node %q, want %q", tc.deployment, tc.flag, o.NodeName, tc.want)
+		}
 	}
 }
 
