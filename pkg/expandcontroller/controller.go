@@ -14,6 +14,7 @@ package expandcontroller
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -168,6 +169,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // sync reconciles one PVC. It returns an error for a retry with backoff, or a delay after which
 // the PVC must be looked at again (the retry of a failed expansion).
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	if pvName, ok := strings.CutPrefix(key, volumeKeyPrefix); ok {
+		return 0, c.syncClaimlessVolume(ctx, pvName)
+	}
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return 0, nil
@@ -255,6 +259,30 @@ func (c *Controller) removePreResizeCapacity(ctx context.Context, pvc *v1.Persis
 	}
 	klog.FromContext(ctx).V(4).Info("The node step is over: removing the pre-resize-capacity annotation", "annotation", pv.Annotations[expand.AnnPreResizeCapacity])
 	return c.cfg.Writer.PatchVolume(ctx, pv, pv.Spec.Capacity[v1.ResourceStorage], expand.RemovePreResizeCapacity())
+}
+
+// syncClaimlessVolume removes the pre-resize-capacity annotation of a PV whose claim was
+// deleted after its node step (claimDeleted queued it). It checks again what the API shows:
+// the annotation is still there, the claim is still gone (a claim of the PV that exists is
+// its own sync's to decide), and the PV is this driver's and, with --node-deployment, this
+// node's.
+func (c *Controller) syncClaimlessVolume(ctx context.Context, name string) error {
+	pv, err := c.pvLister.Get(name)
+	if err != nil || !c.cfg.AnnotateFsResize || pv.Annotations[expand.AnnPreResizeCapacity] == "" {
+		return nil
+	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		if pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name); err == nil && pvc.UID == ref.UID {
+			return nil
+		}
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pv", klog.KObj(pv))
+	if !binding.MayBeDrivers(pv, c.cfg.Driver.Name) || !c.cfg.Scope.Handles(logger, pv) {
+		return nil
+	}
+	logger.V(2).Info("The PV's claim was deleted after its node step: removing the pre-resize-capacity annotation", "annotation", pv.Annotations[expand.AnnPreResizeCapacity])
+	_, err = c.cfg.Writer.PatchVolume(klog.NewContext(ctx, logger), pv, pv.Spec.Capacity[v1.ResourceStorage], expand.RemovePreResizeCapacity())
+	return err
 }
 
 func (c *Controller) now() metav1.Time {

@@ -37,7 +37,7 @@ func (c *Controller) preResizeCapacityToRemove(pvc *v1.PersistentVolumeClaim) bo
 		return false
 	}
 	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
-	return err == nil && expand.PreResizeCapacityDone(pvc, pv) && migration.Owns(c.cfg.Driver.Name, pvc, pv)
+	return err == nil && expand.PreResizeCapacityDone(pvc, pv) && migration.Owns(c.cfg.Driver.Name, pvc, pv) && c.cfg.Scope.MayBeLocal(pv)
 }
 
 // hasWork: the PVC needs work, or its PV's pre-resize-capacity is left to remove.
@@ -75,12 +75,30 @@ func (c *Controller) claimUpdated(oldObj, newObj any) {
 	}
 }
 
-// claimDeleted queues the key: sync finds the PVC gone and drops what is kept about it.
+// claimDeleted queues the key: sync finds the PVC gone and drops what is kept about it. A claim
+// deleted after its node step was over, before sync removed its PV's pre-resize-capacity
+// annotation (the kubelet's last status write and the delete close together), also queues its
+// PV under volumeKey: once the claim is gone, no update of it will ever come back to remove the
+// annotation, and the deleted claim's last state is the only record that the node step was
+// over (docs/design.md §2.9). A claim deleted before its node step leaves the annotation: it
+// still holds the size the file system has.
 func (c *Controller) claimDeleted(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 		c.queue.Add(key)
 	}
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && c.preResizeCapacityToRemove(pvc) {
+		c.queue.Add(volumeKey(pvc.Spec.VolumeName))
+	}
 }
+
+// volumeKeyPrefix marks the queue keys of PVs (claimDeleted) among those of PVCs
+// ("namespace/name"): a PV's name holds no ':'.
+const volumeKeyPrefix = "pv:"
+
+func volumeKey(name string) string { return volumeKeyPrefix + name }
 
 // volumeAdded catches PVCs that were seen before their PV reached the cache.
 func (c *Controller) volumeAdded(obj any) {

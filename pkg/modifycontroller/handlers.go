@@ -86,6 +86,20 @@ func (c *Controller) classAdded(obj any) {
 	c.requeue(func(o modify.Observed) bool { return o.Spec == vac.Name || o.Target == vac.Name })
 }
 
+// classDeleted queues the PVCs whose modification in flight targets the deleted class, so that
+// it is given up (rule 20) without waiting for a resync. Its protection finalizer normally keeps a
+// class in use from going; this is for when it did not.
+func (c *Controller) classDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	vac, ok := obj.(*storagev1.VolumeAttributesClass)
+	if !ok || vac.DriverName != c.cfg.Driver.Name {
+		return
+	}
+	c.requeue(func(o modify.Observed) bool { return o.Target == vac.Name })
+}
+
 // requeue queues the PVCs that want work and for which pick holds: a scan of the cache, made
 // only on rare events (a class created, the Node's labels changed).
 func (c *Controller) requeue(pick func(modify.Observed) bool) {

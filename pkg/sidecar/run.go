@@ -275,6 +275,7 @@ func newControllers(opts *Options, driver csi.Driver, conn *grpc.ClientConn, cli
 			RetryIntervalStart:  opts.RetryIntervalStart,
 			RetryIntervalMax:    opts.RetryIntervalMax,
 			ExtraModifyMetadata: opts.ExtraModifyMetadata,
+			CallTimeout:         opts.ModifyTimeout,
 		}, pvcs, pvs, factory.Storage().V1().VolumeAttributesClasses()).Run)
 	}
 	return runners
