@@ -18,14 +18,10 @@ func wants(pvc *v1.PersistentVolumeClaim) bool {
 	return pvc.Spec.VolumeName != "" && modify.Observe(pvc).Wants()
 }
 
-// mayBeLocal drops, with --node-deployment, a PVC whose PV is certainly another node's
-// (docs/design.md §2.12); a PV not in the cache yet passes, volumeAdded filters again.
+// mayBeLocal drops, with --node-deployment, a PVC whose PV is certainly another node's:
+// every instance but one sees each of those (docs/design.md §2.12 rule 24).
 func (c *Controller) mayBeLocal(pvc *v1.PersistentVolumeClaim) bool {
-	if c.cfg.Scope == nil {
-		return true
-	}
-	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
-	return err != nil || c.cfg.Scope.MayBeLocal(pv)
+	return c.cfg.Scope.ClaimMayBeLocal(c.pvLister, pvc)
 }
 
 func (c *Controller) claimAdded(obj any) {

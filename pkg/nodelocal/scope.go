@@ -63,6 +63,16 @@ func (s *Scope) Includes(pv *v1.PersistentVolume) bool {
 	return v == Local
 }
 
+// ClaimMayBeLocal is MayBeLocal for the PV of pvc, read from pvs. A PV not in the cache yet
+// passes: the PV's own add event is filtered again when it comes.
+func (s *Scope) ClaimMayBeLocal(pvs corelisters.PersistentVolumeLister, pvc *v1.PersistentVolumeClaim) bool {
+	if s == nil {
+		return true
+	}
+	pv, err := pvs.Get(pvc.Spec.VolumeName)
+	return err != nil || s.MayBeLocal(pv)
+}
+
 // Handles is sync's check: whether this instance may act on the PV. A volume no node instance
 // may act on (no affinity, an affinity several nodes may match, an invalid one) is said so at
 // -v=2, as the reason nothing happens to it; another node's volume only at -v=5.
