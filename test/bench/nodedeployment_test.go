@@ -39,11 +39,13 @@ type NodeDeploymentRun struct {
 	Pairs     int    `json:"pairs"`
 	Pods      int    `json:"pods"`
 	Resized   int    `json:"resized"`
-	// StartLists and StartWatches are the LIST and WATCH requests from the instances' start to
-	// all synced; StartListBytes the bytes of those LIST responses.
-	StartLists     int     `json:"startLists"`
-	StartWatches   int     `json:"startWatches"`
-	StartListBytes float64 `json:"startListBytes"`
+	// StartWatchEvents and StartWatchEventBytes are the watch events the apiserver sent from
+	// the instances' start until all synced: the informers' initial lists (client-go streams
+	// them as watch events), all instances together. OpenWatches are the watches open then
+	// (apiserver_longrunning_requests), on the resources the instances watch.
+	StartWatchEvents     int     `json:"startWatchEvents"`
+	StartWatchEventBytes float64 `json:"startWatchEventBytes"`
+	OpenWatches          int     `json:"openWatches"`
 	// WatchEvents and WatchEventBytes are the watch events the apiserver sent in the window,
 	// by resource (all instances together; the benchmark's own watch is none).
 	WatchEvents     map[string]int     `json:"watchEvents"`
@@ -133,8 +135,12 @@ func measureNodeDeployment(b *testing.B, bin binary, mode string, instances, pai
 	before := scrapeAPIServerFamilies(b, e)
 	procs := startNodeInstances(b, e, bin, mode, names[:instances], drivers, pairs)
 	synced := scrapeAPIServerFamilies(b, e)
-	startReqs := synced.minus(before)
-	run.StartLists, run.StartWatches, run.StartListBytes = startReqs.requests("LIST"), startReqs.requests("WATCH"), startReqs.sum("apiserver_response_sizes_sum", "verb", "LIST")
+	startWindow := synced.minus(before)
+	run.StartWatchEvents = sumInts(startWindow.byResource("apiserver_watch_events_total"))
+	for _, v := range startWindow.byResourceF("apiserver_watch_events_sizes_sum") {
+		run.StartWatchEventBytes += v
+	}
+	run.OpenWatches = int(startWindow.sum("apiserver_longrunning_requests", "verb", "WATCH"))
 
 	cpu0, apiCPU0 := instancesCPU(procs), cpuSeconds(e.Cluster.APIServer.Pid())
 	start := time.Now()
@@ -251,7 +257,7 @@ func scrapeAPIServerFamilies(tb testing.TB, e *scenario.Env) families {
 	}
 	out := families{}
 	for _, line := range strings.Split(string(raw), "\n") {
-		for _, name := range []string{"apiserver_request_total{", "apiserver_watch_events_total{", "apiserver_watch_events_sizes_sum{", "apiserver_response_sizes_sum{"} {
+		for _, name := range []string{"apiserver_request_total{", "apiserver_watch_events_total{", "apiserver_watch_events_sizes_sum{", "apiserver_longrunning_requests{"} {
 			if strings.HasPrefix(line, name) {
 				i := strings.LastIndex(line, " ")
 				if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
@@ -286,16 +292,6 @@ func (f families) each(metric string, fn func(labels map[string]string, v float6
 // nodeBenchResources are what the instances watch or write.
 var nodeBenchResources = map[string]bool{"persistentvolumeclaims": true, "persistentvolumes": true, "pods": true, "nodes": true,
 	"events": true, "volumeattributesclasses": true}
-
-func (f families) requests(verb string) int {
-	n := 0.0
-	f.each("apiserver_request_total", func(l map[string]string, v float64) {
-		if l["verb"] == verb && nodeBenchResources[l["resource"]] {
-			n += v
-		}
-	})
-	return int(n)
-}
 
 func (f families) writes() int {
 	n := 0.0
@@ -355,15 +351,15 @@ func nodeDeploymentMarkdown(runs []NodeDeploymentRun) string {
 		fmt.Fprintf(&b, "`go test -tags integration -run '^$' -bench BenchmarkNodeDeployment -benchtime 1x ./test/bench/` (part of `make bench`). %d bound PVC/PV pairs pinned to the nodes round-robin (a per-node topology label in the PV's required node affinity), a running pod on its node for every other claim (%d pods), an offline-only mock driver per instance (so each runs its Pod informer). Window: every pod's labels changed once, then %d claims without a pod resized at once, until all are done. Watch events are the apiserver's `apiserver_watch_events_total` over the window, all instances together; RSS is each instance's at the end of the window.\n\n",
 			r.Pairs, r.Pods, r.Resized)
 	}
-	b.WriteString("| mode | instances | start: LISTs / WATCHes / LIST MiB | watch events in the window: PVC / PV / pod / node | watch event MiB | per instance: events | instances' writes | all done | RSS per instance: max / sum | CPU s: instances / apiserver |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| mode | instances | watches open | start: watch events / MiB | watch events in the window: PVC / PV / pod / node | window: watch event MiB | window: events per instance | instances' writes | all done | RSS per instance: max / sum | CPU s in the window: instances / apiserver |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		ev := r.WatchEvents
 		bytes := 0.0
 		for _, v := range r.WatchEventBytes {
 			bytes += v
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d / %d / %.1f | %d / %d / %d / %d | %.2f | %.0f | %d | %.1f s | %s / %s | %.2f / %.2f |\n",
-			r.Mode, r.Instances, r.StartLists, r.StartWatches, r.StartListBytes/(1<<20),
+		fmt.Fprintf(&b, "| %s | %d | %d | %d / %.1f | %d / %d / %d / %d | %.2f | %.0f | %d | %.1f s | %s / %s | %.2f / %.2f |\n",
+			r.Mode, r.Instances, r.OpenWatches, r.StartWatchEvents, r.StartWatchEventBytes/(1<<20),
 			ev["persistentvolumeclaims"], ev["persistentvolumes"], ev["pods"], ev["nodes"], bytes/(1<<20),
 			float64(sumInts(ev))/float64(r.Instances), r.Writes, r.AllDoneSeconds,
 			fmtMiB(r.RSSMaxBytes), fmtMiB(r.RSSSumBytes), r.InstancesCPUSeconds, r.APIServerCPUSeconds)

@@ -245,3 +245,21 @@ func testNodeInstanceKilledDuringCall(t *testing.T, c *nodeCluster) {
 		}
 	}
 }
+
+// TestNodeDeploymentUnknownNode: a node name that names no Node (a typo in --node-name, a
+// NODE_NAME not from the downward API) stops the instance at start with one line naming the
+// Node and the flag, instead of leaving every volume alone without a word.
+func TestNodeDeploymentUnknownNode(t *testing.T) {
+	e := startMock(t, scenario.Options{NoResizer: true})
+	scenario.ApplyShippedNodeRBAC(t, e.Cluster, e.Namespace)
+	p := framework.StartResizer(t, e.Cluster, e.Kubeconfig, e.Driver, "--node-deployment", "--node-name=no-such-node")
+	if err := p.WaitExit(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.ExitCode(); code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	if !p.LogContains(`--node-deployment: reading Node no-such-node (--node-name, or NODE_NAME)`) || !p.LogContains("not found") {
+		t.Errorf("no line names the missing Node and the flag:\n%s", p.LogTail(10))
+	}
+}
