@@ -112,6 +112,7 @@ expect statefulset-resizer "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role
 expect monitoring "PrometheusRule=1 ServiceMonitor=2" namespace-agnostic
 expect monitoring/csi-resizer-service "Service=1" namespace-agnostic
 expect sidecar/examples/csi-hostpath "ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 Service=1 ServiceAccount=1 StatefulSet=1"
+expect node-deployment "ClusterRole=2 ClusterRoleBinding=2 DaemonSet=1 ServiceAccount=1" namespace-agnostic
 
 # 4. With a namespace, every ServiceAccount subject of a binding gets it.
 check_subjects() { # NAME OUT NAMESPACE
@@ -133,6 +134,15 @@ if render "$w" "$tmp/ns-rbac"; then
   got=$(counts "$tmp/ns-rbac")
   [[ "$got" == "ClusterRole=2 ClusterRoleBinding=2 Role=1 RoleBinding=1 ServiceAccount=1" ]] ||
     fail "rbac + controller-expand-secrets renders [$got]"
+fi
+# The node-deployment example: its bindings get the namespace, no Lease rights, and the
+# DaemonSet's csi-resizer runs --node-deployment with NODE_NAME from the downward API.
+w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/node-deployment')
+if render "$w" "$tmp/ns-node"; then
+  check_subjects node-deployment "$tmp/ns-node" manifests-check
+  grep -q -- '- --node-deployment' "$tmp/ns-node" || fail "node-deployment: --node-deployment not on csi-resizer"
+  grep -q -- '--leader-election' "$tmp/ns-node" && fail "node-deployment: --leader-election cannot be combined with --node-deployment"
+  grep -q 'fieldPath: spec.nodeName' "$tmp/ns-node" || fail "node-deployment: NODE_NAME not from the downward API"
 fi
 w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/statefulset-resizer')
 render "$w" "$tmp/ns-sts" && check_subjects statefulset-resizer "$tmp/ns-sts" manifests-check

@@ -55,6 +55,13 @@ var expectedRoles = []struct {
 		},
 	},
 	{
+		kind: "ClusterRole", name: "csi-resizer-node-deployment",
+		why: "csi-resizer --node-deployment reads and watches its own Node (rbac/node-deployment)",
+		grants: map[grant][]string{
+			{"", "nodes"}: {"get", "list", "watch"},
+		},
+	},
+	{
 		kind: "Role", name: "csi-resizer-leader-election",
 		why: "the sidecar's leader-election Lease (client-go LeaseLock: get, create, update)",
 		grants: map[grant][]string{
@@ -140,6 +147,9 @@ func loadManifests(t *testing.T) []manifest {
 			kind, _ := head["kind"].(string)
 			if kind == "Kustomization" || kind == "Component" {
 				continue
+			}
+			if _, patch := head["$patch"]; patch {
+				continue // a strategic-merge directive (node-deployment's "$patch: delete"), not an object
 			}
 			meta, _ := head["metadata"].(map[string]any)
 			name, _ := meta["name"].(string)

@@ -167,21 +167,25 @@ type Expander interface {
 	Expand(ctx context.Context, req ExpandRequest) (ExpandResult, error)
 }
 
-// Client implements Expander over a gRPC connection with a per-call timeout.
+// Client implements Expander and Modifier over a gRPC connection, each call with its deadline.
 type Client struct {
-	conn    *grpc.ClientConn
-	timeout time.Duration
+	conn *grpc.ClientConn
+	// expandTimeout and modifyTimeout bound each ControllerExpandVolume and
+	// ControllerModifyVolume call (--resize-timeout, --modify-timeout): a modification can
+	// take far longer than an expansion on some backends, and one deadline for both would
+	// cut the one or slow the retries of the other.
+	expandTimeout, modifyTimeout time.Duration
 }
 
-// NewClient wraps a connection; timeout bounds each call (the --timeout flag).
-func NewClient(conn *grpc.ClientConn, timeout time.Duration) *Client {
-	return &Client{conn: conn, timeout: timeout}
+// NewClient wraps a connection with the deadlines of the two calls.
+func NewClient(conn *grpc.ClientConn, expandTimeout, modifyTimeout time.Duration) *Client {
+	return &Client{conn: conn, expandTimeout: expandTimeout, modifyTimeout: modifyTimeout}
 }
 
 // Expand calls ControllerExpandVolume once. A driver that answers without a capacity is taken to
 // have granted exactly what was asked.
 func (c *Client) Expand(ctx context.Context, req ExpandRequest) (ExpandResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.expandTimeout)
 	defer cancel()
 	ctx = context.WithValue(ctx, connection.AdditionalInfoKey, connection.AdditionalInfo{Migrated: strconv.FormatBool(req.Migrated)})
 	rsp, err := csi.NewControllerClient(c.conn).ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{

@@ -233,7 +233,7 @@ func TestExpand(t *testing.T) {
 	t.Parallel()
 	srv := csitest.Start(t, csitest.ControllerDriver())
 	conn := dial(t, srv)
-	client := csi.NewClient(conn, 2*time.Second)
+	client := csi.NewClient(conn, 2*time.Second, 2*time.Second)
 	capability, err := csi.VolumeCapability(pv(nil), false)
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +302,7 @@ func TestMigratedLabel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	client := csi.NewClient(conn, 2*time.Second)
+	client := csi.NewClient(conn, 2*time.Second, 2*time.Second)
 	for _, migrated := range []bool{true, true, false} {
 		srv.Queue(csitest.Response{Code: codes.OK})
 		if _, err := client.Expand(context.Background(), csi.ExpandRequest{VolumeID: "vol-1", RequiredBytes: 1 << 30, Migrated: migrated}); err != nil {

@@ -54,7 +54,7 @@ type Modifier interface {
 // Modify calls ControllerModifyVolume once. The error keeps the driver's gRPC status, which
 // the caller classifies.
 func (c *Client) Modify(ctx context.Context, req ModifyRequest) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.modifyTimeout)
 	defer cancel()
 	ctx = context.WithValue(ctx, connection.AdditionalInfoKey, connection.AdditionalInfo{Migrated: strconv.FormatBool(req.Migrated)})
 	_, err := csi.NewControllerClient(c.conn).ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{

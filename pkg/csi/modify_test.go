@@ -21,7 +21,7 @@ import (
 func TestModify(t *testing.T) {
 	t.Parallel()
 	srv := csitest.Start(t, csitest.Options{ControllerService: true, ControllerModify: true})
-	client := csi.NewClient(dial(t, srv), 2*time.Second)
+	client := csi.NewClient(dial(t, srv), 2*time.Second, 2*time.Second)
 	var modifier csi.Modifier = client
 	req := csi.ModifyRequest{VolumeID: "vol-1", MutableParameters: map[string]string{"iops": "3000"}, Secrets: map[string]string{"user": "u"}}
 
@@ -60,7 +60,7 @@ func TestModify(t *testing.T) {
 func TestModifyUnsupported(t *testing.T) {
 	t.Parallel()
 	srv := csitest.Start(t, csitest.ControllerDriver())
-	err := csi.NewClient(dial(t, srv), 2*time.Second).Modify(context.Background(), csi.ModifyRequest{VolumeID: "vol-1"})
+	err := csi.NewClient(dial(t, srv), 2*time.Second, 2*time.Second).Modify(context.Background(), csi.ModifyRequest{VolumeID: "vol-1"})
 	if status.Code(err) != codes.Unimplemented {
 		t.Errorf("error = %v, want Unimplemented from a driver without MODIFY_VOLUME", err)
 	}
@@ -168,5 +168,23 @@ func TestNewModifyRequest(t *testing.T) {
 				t.Errorf("the class's parameters changed to %v", tc.class.Parameters)
 			}
 		})
+	}
+}
+
+// TestCallDeadlines: each call has its own deadline (--resize-timeout, --modify-timeout): the
+// same slow answer cuts an expansion with a short deadline and lets a modification with a long
+// one finish.
+func TestCallDeadlines(t *testing.T) {
+	t.Parallel()
+	srv := csitest.Start(t, csitest.Options{ControllerService: true, ControllerExpand: true, ControllerModify: true})
+	client := csi.NewClient(dial(t, srv), 200*time.Millisecond, time.Minute)
+	slow := csitest.Response{Code: codes.OK, Grant: true, Delay: time.Second}
+	srv.Queue(slow)
+	if _, err := client.Expand(context.Background(), csi.ExpandRequest{VolumeID: "vol-1", RequiredBytes: 1 << 30}); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("expansion slower than its deadline: error %v, want DeadlineExceeded", err)
+	}
+	srv.QueueModify(slow)
+	if err := client.Modify(context.Background(), csi.ModifyRequest{VolumeID: "vol-1"}); err != nil {
+		t.Errorf("modification as slow, within its longer deadline: %v, want success", err)
 	}
 }

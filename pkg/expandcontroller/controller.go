@@ -14,6 +14,7 @@ package expandcontroller
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	"github.com/csi-resizer/csi-resizer/pkg/inuse"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/nodelocal"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -78,6 +80,9 @@ type Config struct {
 	// Leading, with --leader-election, says whether this process may still act as the leader
 	// (leaseguard.Guard.Check); it is asked right before every driver call. nil: always.
 	Leading func() error
+	// Scope, with --node-deployment, limits the controller to the volumes local to its node
+	// (docs/design.md §2.12); nil: every volume of the driver.
+	Scope *nodelocal.Scope
 }
 
 // Controller reconciles the PVCs of one driver.
@@ -131,6 +136,10 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 	// The registrations' HasSynced, not the informers': workers start only after the handlers
 	// have seen the whole initial list.
 	c.synced = []cache.InformerSynced{claims.HasSynced, volumes.HasSynced}
+	if cfg.Scope != nil {
+		node, _ := cfg.Scope.OnLabelsChanged(c.requeueAll)
+		c.synced = append(c.synced, node.HasSynced)
+	}
 	return c
 }
 
@@ -138,7 +147,7 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
-	c.pods = inuse.New(ctx, c.cfg.Client, func(keys []string) {
+	c.pods = inuse.New(ctx, c.cfg.Client, c.cfg.Scope.NodeName(), func(keys []string) {
 		for _, k := range keys {
 			c.queue.Add(k)
 		}
@@ -160,6 +169,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 // sync reconciles one PVC. It returns an error for a retry with backoff, or a delay after which
 // the PVC must be looked at again (the retry of a failed expansion).
 func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	if pvName, ok := strings.CutPrefix(key, volumeKeyPrefix); ok {
+		return 0, c.syncClaimlessVolume(ctx, pvName)
+	}
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return 0, nil
@@ -184,6 +196,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(pvc), "pv", klog.KObj(pv))
 	ctx = klog.NewContext(ctx, logger)
+	if !c.cfg.Scope.Handles(logger, pv) {
+		return 0, nil // another node's volume, or no node instance's (--node-deployment)
+	}
 	if pv, err = c.removePreResizeCapacity(ctx, pvc, pv); err != nil {
 		return 0, err
 	}
@@ -244,6 +259,30 @@ func (c *Controller) removePreResizeCapacity(ctx context.Context, pvc *v1.Persis
 	}
 	klog.FromContext(ctx).V(4).Info("The node step is over: removing the pre-resize-capacity annotation", "annotation", pv.Annotations[expand.AnnPreResizeCapacity])
 	return c.cfg.Writer.PatchVolume(ctx, pv, pv.Spec.Capacity[v1.ResourceStorage], expand.RemovePreResizeCapacity())
+}
+
+// syncClaimlessVolume removes the pre-resize-capacity annotation of a PV whose claim was
+// deleted after its node step (claimDeleted queued it). It checks again what the API shows:
+// the annotation is still there, the claim is still gone (a claim of the PV that exists is
+// its own sync's to decide), and the PV is this driver's and, with --node-deployment, this
+// node's.
+func (c *Controller) syncClaimlessVolume(ctx context.Context, name string) error {
+	pv, err := c.pvLister.Get(name)
+	if err != nil || !c.cfg.AnnotateFsResize || pv.Annotations[expand.AnnPreResizeCapacity] == "" {
+		return nil
+	}
+	if ref := pv.Spec.ClaimRef; ref != nil {
+		if pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name); err == nil && pvc.UID == ref.UID {
+			return nil
+		}
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pv", klog.KObj(pv))
+	if !binding.MayBeDrivers(pv, c.cfg.Driver.Name) || !c.cfg.Scope.Handles(logger, pv) {
+		return nil
+	}
+	logger.V(2).Info("The PV's claim was deleted after its node step: removing the pre-resize-capacity annotation", "annotation", pv.Annotations[expand.AnnPreResizeCapacity])
+	_, err = c.cfg.Writer.PatchVolume(klog.NewContext(ctx, logger), pv, pv.Spec.Capacity[v1.ResourceStorage], expand.RemovePreResizeCapacity())
+	return err
 }
 
 func (c *Controller) now() metav1.Time {

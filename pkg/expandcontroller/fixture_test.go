@@ -139,7 +139,7 @@ func (f *fixture) start(cfg Config) *fixture {
 	f.ctrl = New(cfg, pvcs, pvs)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(cancel)
-	f.ctrl.pods = inuse.New(ctx, f.client, func([]string) {})
+	f.ctrl.pods = inuse.New(ctx, f.client, "", func([]string) {})
 	f.pvcs, f.pvs = pvcs.Informer().GetIndexer(), pvs.Informer().GetIndexer()
 	f.catchUp()
 	return f

@@ -3,6 +3,7 @@ package expandcontroller
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/csi-resizer/csi-resizer/pkg/expand"
@@ -36,7 +37,7 @@ func (c *Controller) preResizeCapacityToRemove(pvc *v1.PersistentVolumeClaim) bo
 		return false
 	}
 	pv, err := c.pvLister.Get(pvc.Spec.VolumeName)
-	return err == nil && expand.PreResizeCapacityDone(pvc, pv) && migration.Owns(c.cfg.Driver.Name, pvc, pv)
+	return err == nil && expand.PreResizeCapacityDone(pvc, pv) && migration.Owns(c.cfg.Driver.Name, pvc, pv) && c.cfg.Scope.MayBeLocal(pv)
 }
 
 // hasWork: the PVC needs work, or its PV's pre-resize-capacity is left to remove.
@@ -44,8 +45,14 @@ func (c *Controller) hasWork(pvc *v1.PersistentVolumeClaim) bool {
 	return needsWork(pvc) || c.preResizeCapacityToRemove(pvc)
 }
 
+// mayBeLocal drops, with --node-deployment, a PVC whose PV is certainly another node's:
+// every instance but one sees each of those (docs/design.md §2.12 rule 24).
+func (c *Controller) mayBeLocal(pvc *v1.PersistentVolumeClaim) bool {
+	return c.cfg.Scope.ClaimMayBeLocal(c.pvLister, pvc)
+}
+
 func (c *Controller) claimAdded(obj any) {
-	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && c.hasWork(pvc) {
+	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && c.hasWork(pvc) && c.mayBeLocal(pvc) {
 		c.enqueue(pvc)
 	}
 }
@@ -58,17 +65,35 @@ func (c *Controller) claimAdded(obj any) {
 func (c *Controller) claimUpdated(oldObj, newObj any) {
 	old, ok1 := oldObj.(*v1.PersistentVolumeClaim)
 	pvc, ok2 := newObj.(*v1.PersistentVolumeClaim)
-	if ok1 && ok2 && (needsWork(old) || c.hasWork(pvc)) {
+	if ok1 && ok2 && (needsWork(old) || c.hasWork(pvc)) && c.mayBeLocal(pvc) {
 		c.enqueue(pvc)
 	}
 }
 
-// claimDeleted queues the key: sync finds the PVC gone and drops what is kept about it.
+// claimDeleted queues the key: sync finds the PVC gone and drops what is kept about it. A claim
+// deleted after its node step was over, before sync removed its PV's pre-resize-capacity
+// annotation (the kubelet's last status write and the delete close together), also queues its
+// PV under volumeKey: once the claim is gone, no update of it will ever come back to remove the
+// annotation, and the deleted claim's last state is the only record that the node step was
+// over (docs/design.md §2.9). A claim deleted before its node step leaves the annotation: it
+// still holds the size the file system has.
 func (c *Controller) claimDeleted(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 		c.queue.Add(key)
 	}
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && c.preResizeCapacityToRemove(pvc) {
+		c.queue.Add(volumeKey(pvc.Spec.VolumeName))
+	}
 }
+
+// volumeKeyPrefix marks the queue keys of PVs (claimDeleted) among those of PVCs
+// ("namespace/name"): a PV's name holds no ':'.
+const volumeKeyPrefix = "pv:"
+
+func volumeKey(name string) string { return volumeKeyPrefix + name }
 
 // volumeAdded catches PVCs that were seen before their PV reached the cache.
 func (c *Controller) volumeAdded(obj any) {
@@ -97,12 +122,26 @@ func (c *Controller) volumeUpdated(oldObj, newObj any) {
 // want says the PVC has work.
 func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume, want func(*v1.PersistentVolumeClaim) bool) {
 	ref := pv.Spec.ClaimRef
-	if ref == nil || !binding.MayBeDrivers(pv, c.cfg.Driver.Name) {
+	if ref == nil || !binding.MayBeDrivers(pv, c.cfg.Driver.Name) || !c.cfg.Scope.MayBeLocal(pv) {
 		return
 	}
 	pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
 	if err == nil && want(pvc) {
 		c.enqueue(pvc)
+	}
+}
+
+// requeueAll queues every PVC with work when the Node's labels change (--node-deployment):
+// volumes may have become this node's. Node labels change rarely; a scan of the cache is cheap.
+func (c *Controller) requeueAll() {
+	pvcs, err := c.pvcLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, pvc := range pvcs {
+		if c.hasWork(pvc) && c.mayBeLocal(pvc) {
+			c.enqueue(pvc)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -31,6 +32,10 @@ type Tracker struct {
 	// that happened to start it.
 	life   context.Context
 	client kubernetes.Interface
+	// nodeName, with --node-deployment, limits the watch to the pods of this node (a field
+	// selector): only they can use a volume local to it, and the apiserver then sends this
+	// instance one node's pods instead of the cluster's.
+	nodeName string
 	// onRelease is called with the "namespace/claim" keys of a pod that stopped using them
 	// (deleted, or finished), so the controller retries those expansions at once instead of
 	// polling.
@@ -45,9 +50,9 @@ type Tracker struct {
 }
 
 // New returns a tracker that has not started watching yet; once started, its informer runs
-// until life is done.
-func New(life context.Context, client kubernetes.Interface, onRelease func(claimKeys []string)) *Tracker {
-	return &Tracker{life: life, client: client, onRelease: onRelease}
+// until life is done. A nodeName limits it to that node's pods; "" watches every pod.
+func New(life context.Context, client kubernetes.Interface, nodeName string, onRelease func(claimKeys []string)) *Tracker {
+	return &Tracker{life: life, client: client, nodeName: nodeName, onRelease: onRelease}
 }
 
 // Started reports whether the pod informer runs.
@@ -129,11 +134,18 @@ func (t *Tracker) newInformer() cache.SharedIndexInformer {
 	// The typed client, as the generated informers use it: it works with every
 	// kubernetes.Interface, where CoreV1().RESTClient() exists only in the REST-backed one.
 	pods := t.client.CoreV1().Pods(metav1.NamespaceAll)
+	onNode := func(opts *metav1.ListOptions) {
+		if t.nodeName != "" {
+			opts.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", t.nodeName).String()
+		}
+	}
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			onNode(&opts)
 			return pods.List(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			onNode(&opts)
 			return pods.Watch(ctx, opts)
 		},
 	}, t.client)

@@ -94,7 +94,7 @@ func TestTracker(t *testing.T) {
 	life, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rel := &released{}
-	tr := New(life, kube, rel.add)
+	tr := New(life, kube, "", rel.add)
 
 	// Lazy: nothing is watched, and nothing is known, until the first Start.
 	if tr.Started() || tr.InUse("a", "data") {
@@ -198,7 +198,7 @@ func TestTrackerStartGivesUp(t *testing.T) {
 	// The informer's lifetime has ended: it can never sync.
 	life, cancel := context.WithCancel(context.Background())
 	cancel()
-	tr := New(life, kube, nil)
+	tr := New(life, kube, "", nil)
 	ctx, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel2()
 	if err := tr.Start(ctx); err == nil {

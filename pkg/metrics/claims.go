@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -15,8 +16,9 @@ import (
 // absent, and an infeasible PVC missing from one scrape after a restart resets the "for: 15m"
 // of CSIResizerVolumeInfeasible. Once synced the result is never nil, even with no PVCs, so the
 // collector exports its zeros. It serves expansion and modification alike, whichever of the
-// two controllers runs.
-func ClaimLister(driver string, pvcs corelisters.PersistentVolumeClaimLister, pvs corelisters.PersistentVolumeLister, synced ...cache.InformerSynced) func() []ClaimState {
+// two controllers runs. include keeps only some of the driver's volumes (--node-deployment: its
+// node's); nil keeps them all.
+func ClaimLister(driver string, pvcs corelisters.PersistentVolumeClaimLister, pvs corelisters.PersistentVolumeLister, include func(*v1.PersistentVolume) bool, synced ...cache.InformerSynced) func() []ClaimState {
 	return func() []ClaimState {
 		for _, s := range synced {
 			if !s() {
@@ -29,7 +31,7 @@ func ClaimLister(driver string, pvcs corelisters.PersistentVolumeClaimLister, pv
 		}
 		out := make([]ClaimState, 0, len(all))
 		for _, pvc := range all {
-			if _, ok := binding.VolumeOf(pvs, driver, pvc); ok {
+			if pv, ok := binding.VolumeOf(pvs, driver, pvc); ok && (include == nil || include(pv)) {
 				out = append(out, NewClaimState(pvc))
 			}
 		}

@@ -17,7 +17,7 @@ func TestClaimLister(t *testing.T) {
 	pvs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	synced := false
 	list := ClaimLister("d.example.com", corelisters.NewPersistentVolumeClaimLister(pvcs), corelisters.NewPersistentVolumeLister(pvs),
-		func() bool { return synced })
+		nil, func() bool { return synced })
 	if got := list(); got != nil {
 		t.Fatalf("before sync: %v, want nil", got)
 	}
@@ -40,5 +40,16 @@ func TestClaimLister(t *testing.T) {
 	got := list()
 	if len(got) != 1 || got[0].Name != "mine" || got[0].ModifyStatus != v1.PersistentVolumeClaimModifyVolumeInfeasible || got[0].ModifyTarget != "gold" {
 		t.Errorf("claims %+v, want only mine, Infeasible for gold", got)
+	}
+
+	// include (--node-deployment) keeps only some of the driver's volumes.
+	add("elsewhere", "d.example.com", v1.PersistentVolumeClaimStatus{})
+	local := ClaimLister("d.example.com", corelisters.NewPersistentVolumeClaimLister(pvcs), corelisters.NewPersistentVolumeLister(pvs),
+		func(pv *v1.PersistentVolume) bool { return pv.Name != "pv-elsewhere" }, func() bool { return true })
+	if got := local(); len(got) != 1 || got[0].Name != "mine" {
+		t.Errorf("claims %+v with a filter dropping pv-elsewhere, want only mine", got)
+	}
+	if got := list(); len(got) != 2 {
+		t.Errorf("claims %+v without a filter, want mine and elsewhere", got)
 	}
 }

@@ -35,6 +35,9 @@ func ClassifyError(err error) expand.ClassifiedError {
 // resizer leaves it empty) counts as transient: keeping the recorded target is always safe,
 // following the spec is not.
 func ClassifyReason(reason string) expand.ErrorClass {
+	if reason == ReasonClassDeleted {
+		return expand.ClassFinal
+	}
 	for c := codes.OK; c <= codes.Unauthenticated; c++ {
 		if c.String() == reason {
 			return ClassifyCode(c)

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/pkg/expand"
@@ -29,6 +30,13 @@ func FuzzDecideInvariants(f *testing.F) {
 	f.Add([]byte{2, 3, 1, 2, 0, 1, 5, 5, 1})
 	f.Fuzz(func(t *testing.T, steps []byte) {
 		classes := lookup("gold", "silver", "bronze")
+		deleted := map[string]bool{}
+		present := func(name string) *storagev1.VolumeAttributesClass {
+			if deleted[name] {
+				return nil
+			}
+			return classes(name)
+		}
 		now := metav1.NewTime(time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC))
 		pvc := &v1.PersistentVolumeClaim{}
 		if len(steps) > 0 && steps[0]%2 == 1 {
@@ -40,17 +48,29 @@ func FuzzDecideInvariants(f *testing.F) {
 		inFlight := "" // the target of a call that may still be in effect
 		for i := 1; i+1 < len(steps); i += 2 {
 			if steps[i]%3 == 0 {
-				// The user edits the spec.
+				// The user edits the spec, or (odd values) deletes a class or creates it again.
 				name := fuzzNames[int(steps[i+1])%len(fuzzNames)]
+				if steps[i+1]%2 == 1 {
+					deleted[name] = !deleted[name]
+					continue
+				}
 				pvc.Spec.VolumeAttributesClassName = &name
 				continue
 			}
 			o := Observe(pvc)
-			p := Decide(o, classes, driver)
+			p := Decide(o, present, driver)
 			if o.InFlight() && p.Action != Nothing && (p.Action != Modify || p.Target != o.Target) {
 				t.Fatalf("step %d: %s %q while %q may be in effect (%+v)", i, p.Action, p.Target, o.Target, o)
 			}
 			switch p.Action {
+			case GiveUp:
+				if !o.InFlight() || p.Target != o.Target || present(p.Target) != nil {
+					t.Fatalf("step %d: give up %q (%+v) while its class exists or nothing is in flight", i, p.Target, o)
+				}
+				// The controller records this only once the call's deadline is past
+				// (ClassGoneWait): no call for the target can still be running.
+				pvc.Status = ClassGoneStatus(pvc.Status, p.Target, now)
+				inFlight = ""
 			case MarkPending:
 				pvc.Status = PendingStatus(pvc.Status, p.Target)
 			case Cancel:

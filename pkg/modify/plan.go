@@ -75,10 +75,15 @@ const (
 	// Cancel: the user rolled back to the current class while the modification was Pending or
 	// Infeasible; clear modifyVolumeStatus and the conditions, no call.
 	Cancel
+	// GiveUp: the class of a modification that may still be in effect was deleted; once no
+	// call for it can still be running (ClassGoneWait), record that the modification ended
+	// with an unknown outcome (ClassGoneStatus), a final answer, so that the spec is followed
+	// again (docs/design.md §2.11 rule 20). No call: there are no parameters to call with.
+	GiveUp
 )
 
 func (a Action) String() string {
-	return [...]string{"Nothing", "MarkPending", "Modify", "Cancel"}[a]
+	return [...]string{"Nothing", "MarkPending", "Modify", "Cancel", "GiveUp"}[a]
 }
 
 // Plan is the decision.
@@ -102,10 +107,15 @@ func Decide(o Observed, classes ClassLookup, driver string) Plan {
 		if c := classes(o.Target); c != nil {
 			return Plan{Action: Modify, Target: o.Target, Class: c, Why: "the last call for this class has no final answer"}
 		}
-		return Plan{Action: Nothing, Target: o.Target, Why: "the class of the modification under way is gone; waiting for it to be created again"}
+		return Plan{Action: GiveUp, Target: o.Target, Why: "VolumeAttributesClass " + o.Target + " was deleted while a modification to it may still have been in effect"}
 	}
 	rollback := o.Spec == "" || o.Spec == o.Current
 	switch {
+	case rollback && o.Status == v1.PersistentVolumeClaimModifyVolumePending && o.LastError == expand.ClassFinal && o.Current != "":
+		// Rule 20: Pending after a call that ended with a final error (its class deleted
+		// since): that call may have changed part of the volume, so going back is a call for
+		// the current class, as after any final error (rule 15), not a cancel.
+		return toClass(o.Current, classes, driver, "the spec was set back to the current class after a call with a final error")
 	case rollback && (o.Status == v1.PersistentVolumeClaimModifyVolumePending || o.Status == v1.PersistentVolumeClaimModifyVolumeInfeasible):
 		return Plan{Action: Cancel, Target: o.Current, Why: "the spec was set back to the current class"}
 	case o.Spec == "" && o.Status == v1.PersistentVolumeClaimModifyVolumeInProgress && o.Target != "":

@@ -2,6 +2,7 @@ package modify
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/pkg/expand"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
 )
 
 const driver = "hostpath.csi.k8s.io"
@@ -51,7 +53,14 @@ func TestDecide(t *testing.T) {
 		{"rule 14: restart during the call keeps the target", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold"}, Modify, "gold"},
 		{"rule 14: transient error keeps the target", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassTransient}, Modify, "gold"},
 		{"rule 14: transient error keeps the target over a rollback", Observed{Spec: "silver", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassTransient}, Modify, "gold"},
-		{"rule 14: in-flight class deleted waits", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "platinum"}, Nothing, "platinum"},
+		{"rule 20: in-flight class deleted is given up", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "platinum"}, GiveUp, "platinum"},
+		{"rule 20: in-flight after a transient error, class deleted", Observed{Spec: "platinum", Current: "silver", Status: inProgress, Target: "platinum", LastError: expand.ClassTransient}, GiveUp, "platinum"},
+		{"rule 20: given up, another class asked", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "platinum", LastError: ClassifyReason(ReasonClassDeleted)}, Modify, "bronze"},
+		{"rule 20: given up, spec back to current calls for it", Observed{Spec: "silver", Current: "silver", Status: inProgress, Target: "platinum", LastError: ClassifyReason(ReasonClassDeleted)}, Modify, "silver"},
+		{"rule 20: given up, spec still names the deleted class", Observed{Spec: "platinum", Current: "silver", Status: inProgress, Target: "platinum", LastError: ClassifyReason(ReasonClassDeleted)}, MarkPending, "platinum"},
+		{"rule 20: pending after a give-up, rolled back: a call", Observed{Spec: "silver", Current: "silver", Status: pending, Target: "platinum", LastError: ClassifyReason(ReasonClassDeleted)}, Modify, "silver"},
+		{"rule 20: pending after a give-up, first class unset: cancel", Observed{Status: pending, Target: "platinum", LastError: expand.ClassFinal}, Cancel, ""},
+		{"rule 20: pending after a give-up, the class created again", Observed{Spec: "gold", Current: "silver", Status: pending, Target: "gold", LastError: expand.ClassFinal}, Modify, "gold"},
 		{"rule 15: final error follows the spec", Observed{Spec: "bronze", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassFinal}, Modify, "bronze"},
 		{"rule 15: final error retries the same class", Observed{Spec: "gold", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassFinal}, Modify, "gold"},
 		{"rule 15: final error, spec back to current calls for it", Observed{Spec: "silver", Current: "silver", Status: inProgress, Target: "gold", LastError: expand.ClassFinal}, Modify, "silver"},
@@ -139,6 +148,43 @@ func TestStatusSteps(t *testing.T) {
 	}
 	if st.ModifyVolumeStatus != nil || len(st.Conditions) != 1 {
 		t.Fatalf("the observed status was changed in place: %+v", st)
+	}
+}
+
+// TestClassGone: a modification whose class was deleted is given up only once the latest call
+// for it is past its deadline, counted from that attempt's start (ModifyingVolume's
+// lastProbeTime, bumped by every attempt), and then reads back as a final answer.
+func TestClassGone(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	first := StartedStatus(v1.PersistentVolumeClaimStatus{}, "gold", metav1.NewTime(t0))
+	failed := FailedStatus(first, "gold", ClassifyError(status.Error(codes.Unavailable, "x")), metav1.NewTime(t0.Add(10*time.Second)))
+	retry := StartedStatus(failed, "gold", metav1.NewTime(t0.Add(time.Minute)))
+	timeout := 30 * time.Second
+	for _, tc := range []struct {
+		name string
+		st   v1.PersistentVolumeClaimStatus
+		now  time.Time
+		want time.Duration
+	}{
+		{"during the first call", first, t0.Add(10 * time.Second), 21 * time.Second},
+		{"first call past its deadline", first, t0.Add(31 * time.Second), 0},
+		{"a retry started later counts from its own start", retry, t0.Add(61 * time.Second), 30 * time.Second},
+		{"no ModifyingVolume", v1.PersistentVolumeClaimStatus{}, t0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ClassGoneWait(&v1.PersistentVolumeClaim{Status: tc.st}, timeout, tc.now); got != tc.want {
+				t.Fatalf("ClassGoneWait = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	gone := ClassGoneStatus(retry, "gold", metav1.NewTime(t0.Add(2*time.Minute)))
+	o := observeStatus(gone)
+	if o.Status != inProgress || o.Target != "gold" || o.LastError != expand.ClassFinal || o.InFlight() {
+		t.Fatalf("after ClassGoneStatus: %+v, want InProgress for gold with a final error, not in flight", o)
+	}
+	c := conditions.Find(gone.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+	if c == nil || c.Reason != ReasonClassDeleted || !strings.Contains(c.Message, "gold was deleted") {
+		t.Fatalf("ModifyVolumeError %+v, want reason %s naming the class", c, ReasonClassDeleted)
 	}
 }
 

@@ -11,10 +11,14 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
 )
 
-// Condition reasons of ModifyingVolume (ModifyVolumeError's reason is the gRPC code name).
+// Condition reasons of ModifyingVolume (ModifyVolumeError's reason is the gRPC code name, or
+// ReasonClassDeleted).
 const (
 	ReasonModifyInProgress = "ModifyInProgress"
 	ReasonModifyInfeasible = "ModifyInfeasible"
+	// ReasonClassDeleted is ModifyVolumeError's reason when the resizer gave up a modification
+	// whose class was deleted (rule 20): a final answer, read back as such (ClassifyReason).
+	ReasonClassDeleted = "VolumeAttributesClassDeleted"
 )
 
 // Each function below returns the PVC status the controller writes at one step, computed from
@@ -24,21 +28,62 @@ const (
 // Only SucceededStatus changes currentVolumeAttributesClassName (rule 18).
 
 // PendingStatus records that the target class cannot be used yet (rule 13). The conditions of an
-// earlier attempt for another class are removed: they no longer describe the PVC.
+// earlier attempt for another class are removed: they no longer describe the PVC. The error of
+// an attempt for this same class is kept (a class deleted after a call for it, rule 20): it says
+// a call was made, which a rollback must undo with a call, not a cancel.
 func PendingStatus(st v1.PersistentVolumeClaimStatus, target string) v1.PersistentVolumeClaimStatus {
+	sameTarget := st.ModifyVolumeStatus != nil && st.ModifyVolumeStatus.TargetVolumeAttributesClassName == target
 	st = withModifyStatus(st, v1.PersistentVolumeClaimModifyVolumePending, target)
+	if sameTarget {
+		st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimVolumeModifyingVolume)
+		return st
+	}
 	return clearConditions(st)
 }
 
 // StartedStatus is written before the call (rule 12): InProgress for target, ModifyingVolume set
 // and the previous attempt's error removed, so that a resizer stopped during the call leaves
-// InProgress without a final answer, which keeps the target (rule 14).
+// InProgress without a final answer, which keeps the target (rule 14). ModifyingVolume's
+// lastProbeTime is this attempt's start: the latest call for the target may run until then
+// plus the call timeout (ClassGoneWait).
 func StartedStatus(st v1.PersistentVolumeClaimStatus, target string, now metav1.Time) v1.PersistentVolumeClaimStatus {
 	st = withModifyStatus(st, v1.PersistentVolumeClaimModifyVolumeInProgress, target)
 	st.Conditions = conditions.Remove(st.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError)
 	st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimVolumeModifyingVolume, ReasonModifyInProgress,
-		fmt.Sprintf("modifying the volume to VolumeAttributesClass %s", target), now, false)
+		fmt.Sprintf("modifying the volume to VolumeAttributesClass %s", target), now, true)
 	return st
+}
+
+// ClassGoneWait says how long a GiveUp plan must still wait: until the latest call for the
+// recorded target, started at ModifyingVolume's lastProbeTime, is past its deadline
+// (callTimeout, --modify-timeout) and so cannot be running from any resizer's side, its
+// predecessor's included (rule 20). Times are truncated to the second: count from the end of
+// that second. Without the condition (a PVC some other writer changed), nothing to wait for.
+func ClassGoneWait(pvc *v1.PersistentVolumeClaim, callTimeout time.Duration, now time.Time) time.Duration {
+	c := conditions.Find(pvc.Status.Conditions, v1.PersistentVolumeClaimVolumeModifyingVolume)
+	if c == nil {
+		return 0
+	}
+	started := c.LastProbeTime.Time
+	if c.LastTransitionTime.After(started) {
+		started = c.LastTransitionTime.Time
+	}
+	return max(0, started.Add(time.Second+callTimeout).Sub(now))
+}
+
+// ClassGoneStatus records that the modification to target, whose class was deleted while a call
+// for it may have been in effect, ended with an unknown outcome (rule 20): InProgress with a
+// final ModifyVolumeError (reason ReasonClassDeleted) that says what the user can do. The next
+// decision follows the spec.
+func ClassGoneStatus(st v1.PersistentVolumeClaimStatus, target string, now metav1.Time) v1.PersistentVolumeClaimStatus {
+	current := "no class"
+	if st.CurrentVolumeAttributesClassName != nil && *st.CurrentVolumeAttributesClassName != "" {
+		current = *st.CurrentVolumeAttributesClassName
+	}
+	ce := expand.ClassifiedError{Class: expand.ClassFinal, Reason: ReasonClassDeleted, Message: fmt.Sprintf(
+		"VolumeAttributesClass %s was deleted while a modification to it may still have been in effect; its outcome is unknown and it is given up: "+
+			"set another class, or set %s back (a call with its parameters), or create %s again", target, current, target)}
+	return FailedStatus(st, target, ce, now)
 }
 
 // SucceededStatus records the driver's success for target: the class is now current, the

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +38,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/modify"
+	"github.com/csi-resizer/csi-resizer/pkg/nodelocal"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -68,9 +68,16 @@ type Config struct {
 	// ExtraModifyMetadata is --extra-modify-metadata: the PVC's and PV's names go into the
 	// call's mutable parameters.
 	ExtraModifyMetadata bool
+	// CallTimeout is the deadline of a ControllerModifyVolume call (--modify-timeout): a
+	// modification whose class was deleted is given up only once its latest call is past it
+	// (rule 20).
+	CallTimeout time.Duration
 	// Leading is asked right before every driver call, as the expansion controller's
 	// Config.Leading. nil: always.
 	Leading func() error
+	// Scope, with --node-deployment, limits the controller to its node's volumes, as the
+	// expansion controller's Config.Scope (docs/design.md §2.12); nil: every volume.
+	Scope *nodelocal.Scope
 }
 
 // Controller reconciles the VolumeAttributesClass of the PVCs of one driver.
@@ -114,9 +121,14 @@ func New(cfg Config, pvcs coreinformers.PersistentVolumeClaimInformer, pvs corei
 		UpdateFunc: c.volumeUpdated,
 	})
 	classesReg, _ := classes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.classAdded,
+		AddFunc:    c.classAdded,
+		DeleteFunc: c.classDeleted,
 	})
 	c.synced = []cache.InformerSynced{claims.HasSynced, volumes.HasSynced, classesReg.HasSynced}
+	if cfg.Scope != nil {
+		node, _ := cfg.Scope.OnLabelsChanged(func() { c.requeue(func(modify.Observed) bool { return true }) })
+		c.synced = append(c.synced, node.HasSynced)
+	}
 	return c
 }
 
@@ -158,16 +170,14 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pvc", klog.KObj(pvc), "pv", klog.KObj(pv))
 	ctx = klog.NewContext(ctx, logger)
+	if !c.cfg.Scope.Handles(logger, pv) {
+		return 0, nil // another node's volume, or no node instance's (--node-deployment)
+	}
 	plan := modify.Decide(o, c.class, c.cfg.Driver.Name)
 	logger.V(4).Info("Planned modification", "action", plan.Action, "target", plan.Target, "why", plan.Why)
 	switch plan.Action {
-	case modify.Nothing:
-		if plan.Target != "" {
-			// The class of a modification that may still be in effect is gone (rule 14): only
-			// its re-creation lets the resizer finish it. The recorder's correlator folds the
-			// repeats of this event at each resync into one.
-			c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventModifyFailed, "%s: create VolumeAttributesClass %s again for driver %s so that the modification can finish", plan.Why, plan.Target, c.cfg.Driver.Name)
-		}
+	case modify.GiveUp:
+		return c.giveUp(ctx, key, pvc, plan)
 	case modify.MarkPending:
 		return 0, c.markPending(ctx, key, pvc, o, plan)
 	case modify.Cancel:

@@ -24,7 +24,9 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
+	"github.com/csi-resizer/csi-resizer/pkg/modify"
 	csistatus "github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -79,7 +81,7 @@ func newFixture(t *testing.T, extraMetadata bool, objs ...runtime.Object) *fixtu
 		Driver: csi.Driver{Name: driverName, ControllerModify: true}, Modifier: f.driver, Client: f.client,
 		Writer: &csistatus.APIWriter{Client: f.client, FieldManager: "test"}, Recorder: f.events,
 		Metrics: metrics.NewRecorder(driverName), Clock: f.clock,
-		RetryIntervalStart: retryStart, RetryIntervalMax: retryMax, ExtraModifyMetadata: extraMetadata,
+		RetryIntervalStart: retryStart, RetryIntervalMax: retryMax, ExtraModifyMetadata: extraMetadata, CallTimeout: callTimeout,
 	}, pvcs, pvs, classes)
 	f.indexers = []cache.Indexer{pvcs.Informer().GetIndexer(), pvs.Informer().GetIndexer(), classes.Informer().GetIndexer()}
 	f.catchUp()
@@ -346,11 +348,16 @@ func TestIgnoresOtherClaims(t *testing.T) {
 	}
 }
 
-// TestInFlightClassGone (rule 14): a modification whose call may still be in effect is not
-// abandoned when its class disappears; the user is told how to let it finish.
+// callTimeout is the fixture's --modify-timeout.
+const callTimeout = 30 * time.Second
+
+// TestInFlightClassGone (rule 20): a modification whose call may still be in effect is not
+// abandoned when its class disappears until that call is past its deadline; then the PVC
+// records a final error saying the outcome is unknown, with no call, and the next decision
+// follows the spec.
 func TestInFlightClassGone(t *testing.T) {
 	pvc, pv := claim("data", "silver")
-	f := newFixture(t, false, pvc, pv, vac("silver", driverName), vac("gold", driverName))
+	f := newFixture(t, false, pvc, pv, vac("silver", driverName), vac("gold", driverName), vac("bronze", driverName))
 	f.setClass("data", "gold")
 	f.driver.errs = []error{status.Error(codes.Unavailable, "backend busy")}
 	f.clock.Step(f.sync("data"))
@@ -359,12 +366,29 @@ func TestInFlightClassGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.indexers[2].Delete(vac("gold", driverName))
-	f.sync("data")
-	if got := modifyStatus(f.pvc("data")); got != "InProgress/gold" || len(f.driver.calls) != 1 {
-		t.Errorf("status %q, %d calls; want InProgress/gold kept and no call", got, len(f.driver.calls))
+	f.client.ClearActions()
+	wait := f.sync("data")
+	if got := modifyStatus(f.pvc("data")); got != "InProgress/gold" || len(f.driver.calls) != 1 || wait <= 0 || wait > callTimeout+time.Second || len(f.writes()) != 0 {
+		t.Fatalf("within the call's deadline: status %q, %d calls, wait %s, writes %v; want InProgress/gold kept, no call, no write, a wait of at most the deadline",
+			got, len(f.driver.calls), wait, f.writes())
 	}
-	if ev := f.drainEvents(); len(ev) != 1 || !strings.Contains(ev[0], "create VolumeAttributesClass gold again") {
-		t.Errorf("events %v, want one telling to re-create the class", ev)
+	f.clock.Step(wait)
+	if w := f.sync("data"); w != 0 {
+		t.Fatalf("past the deadline: wait %s, want the outcome recorded now", w)
+	}
+	got := f.pvc("data")
+	c := conditions.Find(got.Status.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+	if modifyStatus(got) != "InProgress/gold" || c == nil || c.Reason != modify.ReasonClassDeleted || len(f.driver.calls) != 1 {
+		t.Fatalf("given up: status %q, error %+v, %d calls; want InProgress/gold with %s and no call", modifyStatus(got), c, len(f.driver.calls), modify.ReasonClassDeleted)
+	}
+	if ev := f.drainEvents(); len(ev) != 1 || !strings.Contains(ev[0], "gold was deleted") {
+		t.Errorf("events %v, want one saying the class was deleted", ev)
+	}
+	// The given-up modification no longer holds the spec back: another class goes at once.
+	f.setClass("data", "bronze")
+	f.sync("data")
+	if got := modifyStatus(f.pvc("data")); got != "" || len(f.driver.calls) != 2 || *f.pvc("data").Status.CurrentVolumeAttributesClassName != "bronze" {
+		t.Errorf("after bronze asked: status %q, %d calls, want bronze current after one more call", got, len(f.driver.calls))
 	}
 }
 

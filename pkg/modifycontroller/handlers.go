@@ -18,8 +18,14 @@ func wants(pvc *v1.PersistentVolumeClaim) bool {
 	return pvc.Spec.VolumeName != "" && modify.Observe(pvc).Wants()
 }
 
+// mayBeLocal drops, with --node-deployment, a PVC whose PV is certainly another node's:
+// every instance but one sees each of those (docs/design.md §2.12 rule 24).
+func (c *Controller) mayBeLocal(pvc *v1.PersistentVolumeClaim) bool {
+	return c.cfg.Scope.ClaimMayBeLocal(c.pvLister, pvc)
+}
+
 func (c *Controller) claimAdded(obj any) {
-	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && wants(pvc) {
+	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && wants(pvc) && c.mayBeLocal(pvc) {
 		c.enqueue(pvc)
 	}
 }
@@ -27,7 +33,7 @@ func (c *Controller) claimAdded(obj any) {
 // claimUpdated queues a PVC that wants work after the update; one that wanted it before and
 // no longer does needs nothing (its modification ended in this very update).
 func (c *Controller) claimUpdated(_, newObj any) {
-	if pvc, ok := newObj.(*v1.PersistentVolumeClaim); ok && wants(pvc) {
+	if pvc, ok := newObj.(*v1.PersistentVolumeClaim); ok && wants(pvc) && c.mayBeLocal(pvc) {
 		c.enqueue(pvc)
 	}
 }
@@ -57,7 +63,7 @@ func (c *Controller) volumeUpdated(oldObj, newObj any) {
 
 func (c *Controller) enqueueClaimOf(pv *v1.PersistentVolume) {
 	ref := pv.Spec.ClaimRef
-	if ref == nil || !binding.MayBeDrivers(pv, c.cfg.Driver.Name) {
+	if ref == nil || !binding.MayBeDrivers(pv, c.cfg.Driver.Name) || !c.cfg.Scope.MayBeLocal(pv) {
 		return
 	}
 	if pvc, err := c.pvcLister.PersistentVolumeClaims(ref.Namespace).Get(ref.Name); err == nil && wants(pvc) {
@@ -73,16 +79,32 @@ func (c *Controller) classAdded(obj any) {
 	if !ok || vac.DriverName != c.cfg.Driver.Name {
 		return
 	}
+	c.requeue(func(o modify.Observed) bool { return o.Spec == vac.Name || o.Target == vac.Name })
+}
+
+// classDeleted queues the PVCs whose modification in flight targets the deleted class, so that
+// it is given up (rule 20) without waiting for a resync. Its protection finalizer normally keeps a
+// class in use from going; this is for when it did not.
+func (c *Controller) classDeleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	vac, ok := obj.(*storagev1.VolumeAttributesClass)
+	if !ok || vac.DriverName != c.cfg.Driver.Name {
+		return
+	}
+	c.requeue(func(o modify.Observed) bool { return o.Target == vac.Name })
+}
+
+// requeue queues the PVCs that want work and for which pick holds: a scan of the cache, made
+// only on rare events (a class created, the Node's labels changed).
+func (c *Controller) requeue(pick func(modify.Observed) bool) {
 	pvcs, err := c.pvcLister.List(labels.Everything())
 	if err != nil {
 		return
 	}
 	for _, pvc := range pvcs {
-		if !wants(pvc) {
-			continue
-		}
-		o := modify.Observe(pvc)
-		if o.Spec == vac.Name || o.Target == vac.Name {
+		if wants(pvc) && pick(modify.Observe(pvc)) && c.mayBeLocal(pvc) {
 			c.enqueue(pvc)
 		}
 	}

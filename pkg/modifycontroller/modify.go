@@ -11,6 +11,7 @@ import (
 
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/expand"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/conditions"
 	"github.com/csi-resizer/csi-resizer/pkg/modify"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
@@ -41,9 +42,13 @@ func (c *Controller) modify(ctx context.Context, key string, pvc *v1.PersistentV
 	}
 	// The PV first: once the PVC says the class is current, nothing would write the PV again.
 	// A failure here leaves InProgress without an answer, so the next attempt repeats the
-	// idempotent call (rule 14).
-	if _, err := c.cfg.Writer.PatchVolumeAttributesClass(ctx, pv, plan.Target); err != nil {
-		return 0, c.unrecorded(key, written, expand.ClassNone, err)
+	// idempotent call (rule 14). An in-tree PV (migrated, docs/design.md §2.8) cannot carry a
+	// class: the apiserver takes volumeAttributesClassName only with spec.csi, so the PVC
+	// alone records it (rule 21).
+	if pv.Spec.CSI != nil {
+		if _, err := c.cfg.Writer.PatchVolumeAttributesClass(ctx, pv, plan.Target); err != nil {
+			return 0, c.unrecorded(key, written, expand.ClassNone, err)
+		}
 	}
 	if _, err := c.recordOutcome(ctx, key, written, func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
 		return modify.SucceededStatus(st, plan.Target)
@@ -79,6 +84,27 @@ func (c *Controller) modifyFailed(ctx context.Context, key string, pvc *v1.Persi
 	o := modify.Observe(written)
 	retry := expand.Retry{Start: c.cfg.RetryIntervalStart, Max: c.cfg.RetryIntervalMax}
 	return max(time.Millisecond, modify.RetryWait(written, o, modify.Decide(o, c.class, c.cfg.Driver.Name), retry, c.cfg.Clock.Now())), nil
+}
+
+// giveUp ends a modification whose class was deleted while a call for it may have been in
+// effect (rule 20): once the latest call is past its deadline, the PVC records a final error
+// saying so, and the next decision follows the spec. Until then it waits, so that no call for
+// another class can overlap one for this class.
+func (c *Controller) giveUp(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan modify.Plan) (time.Duration, error) {
+	logger := klog.FromContext(ctx)
+	if wait := modify.ClassGoneWait(pvc, c.cfg.CallTimeout, c.cfg.Clock.Now()); wait > 0 {
+		logger.V(2).Info("The class of the modification under way was deleted: giving it up once its last call is past its deadline", "class", plan.Target, "wait", wait)
+		return wait, nil
+	}
+	written, err := c.writeStatus(ctx, key, pvc, modify.ClassGoneStatus(pvc.Status, plan.Target, c.now()))
+	if err != nil {
+		return 0, err
+	}
+	c.obs.Failed(key, modify.ReasonClassDeleted, string(expand.ClassFinal))
+	msg := conditions.Find(written.Status.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError).Message
+	logger.V(2).Info("Modification given up", "class", plan.Target, "why", plan.Why)
+	c.cfg.Recorder.Event(pvc, v1.EventTypeWarning, EventModifyFailed, msg)
+	return 0, nil
 }
 
 // markPending records that the class asked for cannot be used yet (rule 13), once: a PVC

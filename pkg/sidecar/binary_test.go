@@ -112,6 +112,7 @@ func TestBinaryHelp(t *testing.T) {
 	// The defaults as --help prints them; "" = no default shown (zero value).
 	shown := map[string]string{
 		"csi-address": `"/run/csi/socket"`, "kubeconfig": "", "master": "", "timeout": "10s", "workers": "10",
+		"resize-timeout": "10s", "modify-timeout": "10s", "node-deployment": "", "node-name": "",
 		"resync-period": "10m0s", "retry-interval-start": "1s", "retry-interval-max": "5m0s",
 		"handle-volume-inuse-error": "true", "leader-election": "", "leader-election-namespace": "",
 		"leader-election-lease-duration": "15s", "leader-election-renew-deadline": "10s",
@@ -171,6 +172,8 @@ func TestBinaryInvalidInput(t *testing.T) {
 		{"alpha logging option", []string{"--log-json-split-stream"}, []string{"--log-json-split-stream", "LoggingAlphaOptions"}},
 		{"vmodule with json", []string{"--logging-format=json", "--vmodule=run=4"}, []string{"--vmodule"}},
 		{"retry start above max", []string{"--retry-interval-start=10m", "--retry-interval-max=1m"}, []string{"--retry-interval-start"}},
+		{"node deployment with leader election", []string{"--node-deployment", "--node-name=n1", "--leader-election"}, []string{"--node-deployment and --leader-election cannot be used together"}},
+		{"zero resize timeout", []string{"--resize-timeout=0"}, []string{"--resize-timeout"}},
 		{"missing socket", []string{"--csi-address=" + missing, "--timeout=1s"}, []string{"--csi-address", missing, "--timeout"}},
 		// Past csi-lib-utils' 10s "Still connecting" interval: the progress line must not reach
 		// stderr at the default verbosity.

@@ -81,6 +81,38 @@ var upstreamDefaults = map[string]string{
 	"vmodule":                        "",
 }
 
+// aheadOfUpstream are csi-resizer's flags that upstream's v2.2 binary (the one the drop-in tests
+// compare with) lacks: each is upstream's own, merged or proposed after v2.2, with the default it
+// has there. TestUpstreamHelp accepts exactly these beyond upstream's list, so a flag is only
+// ever added ahead of upstream on purpose; once upstream's binary has one, its default is
+// compared like any other.
+var aheadOfUpstream = map[string]struct{ def, why string }{
+	"resize-timeout": {"10s", "kubernetes-csi/external-resizer#596, merged 2026-08-05 after v2.2"},
+	"modify-timeout": {"10s", "kubernetes-csi/external-resizer#596, merged 2026-08-05 after v2.2"},
+	// Proposed upstream (issue #142, PR #573, open), as external-provisioner's and
+	// external-snapshotter's --node-deployment; upstream's PR reads NODE_NAME only, --node-name
+	// is ours for running outside a pod.
+	"node-deployment": {"false", "kubernetes-csi/external-resizer#573 (open), as external-provisioner's --node-deployment"},
+	"node-name":       {"", "ours: the node's name where NODE_NAME cannot be set"},
+}
+
+func TestFlagsAheadOfUpstream(t *testing.T) {
+	saved := flag.CommandLine
+	flag.CommandLine = flag.NewFlagSet("test-global", flag.ContinueOnError)
+	defer func() { flag.CommandLine = saved }()
+	fs := flag.NewFlagSet("csi-resizer", flag.ContinueOnError)
+	AddFlags(fs)
+	for name, ahead := range aheadOfUpstream {
+		f := fs.Lookup(name)
+		switch {
+		case f == nil:
+			t.Errorf("flag --%s (%s) is not defined", name, ahead.why)
+		case f.DefValue != ahead.def:
+			t.Errorf("--%s default = %q, want upstream's %q (%s)", name, f.DefValue, ahead.def, ahead.why)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -92,6 +124,8 @@ func TestValidate(t *testing.T) {
 		{name: "zero workers", change: func(o *Options) { o.Workers = 0 }, want: []string{"--workers"}},
 		{name: "negative workers", change: func(o *Options) { o.Workers = -3 }, want: []string{"--workers", "-3"}},
 		{name: "zero timeout", change: func(o *Options) { o.Timeout = 0 }, want: []string{"--timeout"}},
+		{name: "zero resize timeout", change: func(o *Options) { o.ResizeTimeout = 0 }, want: []string{"--resize-timeout"}},
+		{name: "negative modify timeout", change: func(o *Options) { o.ModifyTimeout = -time.Second }, want: []string{"--modify-timeout", "-1s"}},
 		{name: "zero retry start", change: func(o *Options) { o.RetryIntervalStart = 0 }, want: []string{"--retry-interval-start"}},
 		{name: "retry start above max", change: func(o *Options) { o.RetryIntervalStart, o.RetryIntervalMax = time.Minute, 30*time.Second },
 			want: []string{"--retry-interval-start", "--retry-interval-max"}},
@@ -103,6 +137,11 @@ func TestValidate(t *testing.T) {
 		{name: "zero qps", change: func(o *Options) { o.Common.KubeAPIQPS = 0 }, want: []string{"--kube-api-qps"}},
 		{name: "zero burst", change: func(o *Options) { o.Common.KubeAPIBurst = 0 }, want: []string{"--kube-api-burst"}},
 		{name: "empty csi address", change: func(o *Options) { o.Common.CSIAddress = "" }, want: []string{"--csi-address"}},
+		{name: "node deployment", change: func(o *Options) { o.NodeDeployment, o.NodeName = true, "node-1" }},
+		{name: "node deployment without a node name", change: func(o *Options) { o.NodeDeployment = true }, want: []string{"--node-deployment", "NODE_NAME", "--node-name"}},
+		{name: "node deployment with leader election", change: func(o *Options) { o.NodeDeployment, o.NodeName, o.Common.LeaderElection = true, "node-1", true },
+			want: []string{"--node-deployment and --leader-election cannot be used together"}},
+		{name: "node name alone", change: func(o *Options) { o.NodeName = "node-1" }, want: []string{"--node-name is only used with --node-deployment"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := defaults(t)
@@ -147,6 +186,72 @@ func TestValidateOneLine(t *testing.T) {
 	}
 	if strings.ContainsAny(err.Error(), "\r\n") {
 		t.Errorf("Validate() = %q, want one line", err)
+	}
+}
+
+// TestResolveTimeouts: upstream's precedence of the call timeouts (kubernetes-csi/
+// external-resizer#596): each defaults to 10s; an explicit --timeout, even at its default
+// value, is both; otherwise each is its own. --timeout keeps its own value for the socket.
+func TestResolveTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		args                []string
+		socket, resize, mod time.Duration
+		notes               []string
+	}{
+		{args: nil, socket: 10 * time.Second, resize: 10 * time.Second, mod: 10 * time.Second},
+		{args: []string{"--resize-timeout=2s", "--modify-timeout=3m"}, socket: 10 * time.Second, resize: 2 * time.Second, mod: 3 * time.Minute},
+		{args: []string{"--modify-timeout=3m"}, socket: 10 * time.Second, resize: 10 * time.Second, mod: 3 * time.Minute},
+		{args: []string{"--timeout=1m"}, socket: time.Minute, resize: time.Minute, mod: time.Minute},
+		{args: []string{"--timeout=10s", "--modify-timeout=3m"}, socket: 10 * time.Second, resize: 10 * time.Second, mod: 10 * time.Second,
+			notes: []string{"--timeout=10s is set, so it overrides --modify-timeout"}},
+		{args: []string{"--resize-timeout=2s", "-timeout", "30s", "--modify-timeout=3m"}, socket: 30 * time.Second, resize: 30 * time.Second, mod: 30 * time.Second,
+			notes: []string{"overrides --resize-timeout", "overrides --modify-timeout"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			saved := flag.CommandLine
+			flag.CommandLine = flag.NewFlagSet("test-global", flag.ContinueOnError)
+			t.Cleanup(func() { flag.CommandLine = saved })
+			fs := flag.NewFlagSet("csi-resizer", flag.ContinueOnError)
+			o := AddFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			o.ResolveTimeouts(fs)
+			if o.Timeout != tc.socket || o.ResizeTimeout != tc.resize || o.ModifyTimeout != tc.mod {
+				t.Errorf("timeout, resize, modify = %s, %s, %s; want %s, %s, %s", o.Timeout, o.ResizeTimeout, o.ModifyTimeout, tc.socket, tc.resize, tc.mod)
+			}
+			if len(o.startupNotes) != len(tc.notes) {
+				t.Fatalf("start-up notes %q, want %d", o.startupNotes, len(tc.notes))
+			}
+			for i, n := range tc.notes {
+				if !strings.Contains(o.startupNotes[i], n) {
+					t.Errorf("note %q does not say %q", o.startupNotes[i], n)
+				}
+			}
+			if got := o.CallTimeout(); got != max(tc.resize, tc.mod) {
+				t.Errorf("CallTimeout() = %s, want %s", got, max(tc.resize, tc.mod))
+			}
+		})
+	}
+}
+
+// TestResolveNodeName: --node-name, else NODE_NAME, and only with --node-deployment.
+func TestResolveNodeName(t *testing.T) {
+	env := func(string) string { return "from-env" }
+	for _, tc := range []struct {
+		deployment bool
+		flag, want string
+	}{
+		{true, "", "from-env"},
+		{true, "from-flag", "from-flag"},
+		{false, "", ""},
+	} {
+		o := defaults(t)
+		o.NodeDeployment, o.NodeName = tc.deployment, tc.flag
+		o.ResolveNodeName(env)
+		if o.NodeName != tc.want {
+			t.Errorf("--node-deployment=%v --node-name=%q, NODE_NAME=from-env: node %q, want %q", tc.deployment, tc.flag, o.NodeName, tc.want)
+		}
 	}
 }
 

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -45,6 +45,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/migration"
 	"github.com/csi-resizer/csi-resizer/pkg/modifycontroller"
+	"github.com/csi-resizer/csi-resizer/pkg/nodelocal"
 	"github.com/csi-resizer/csi-resizer/pkg/status"
 )
 
@@ -58,6 +59,8 @@ func Main(args []string, version string) int {
 	if code, exit := parseFlags(fs, args, version); exit {
 		return code
 	}
+	opts.ResolveTimeouts(fs)
+	opts.ResolveNodeName(os.Getenv)
 	if opts.Common.ShowVersion {
 		fmt.Println(os.Args[0], version)
 		return 0
@@ -129,25 +132,19 @@ func run(ctx context.Context, opts *Options, version string) error {
 		return fmt.Errorf("CSI driver %s can only modify volumes (MODIFY_VOLUME, no expansion capability), and VolumeAttributesClass modification is off: enable the VolumeAttributesClass feature gate on the apiserver and here", driver.Name)
 	}
 
-	factory := informers.NewSharedInformerFactoryWithOptions(client, opts.ResyncPeriod, informers.WithTransform(slimObject))
-	pvcs := factory.Core().V1().PersistentVolumeClaims()
-	pvs := factory.Core().V1().PersistentVolumes()
+	inf, err := newInformers(ctx, client, opts)
+	if err != nil {
+		return err
+	}
 	recorder, stopEvents := newRecorder(ctx, events, driver.Name)
 	defer stopEvents()
 	rec := metrics.NewRecorder(driver.Name)
-	// With --leader-election, the elector's own client reports its Lease renewals to the guard,
-	// which every driver call asks first (docs/design.md §2.1).
-	leConfig, leading := config, func() error { return nil }
-	if opts.Common.LeaderElection {
-		guard := leaseguard.New(opts.Common.LeaderElectionLeaseDuration, clock.RealClock{})
-		leConfig, leading = rest.CopyConfig(config), guard.Check
-		leConfig.Wrap(guard.Wrap)
-	}
-	runners := newControllers(opts, driver, conn, client, recorder, rec, factory, leading, expandOn, modifyOn)
+	leConfig, leading := leaseGuard(config, opts)
+	runners := newControllers(opts, driver, conn, client, recorder, rec, inf.factory, inf.scope, leading, expandOn, modifyOn)
 
 	mux := http.NewServeMux()
 	if addr := opts.HTTPAddress(); addr != "" {
-		registerMetrics(mm, rec, driver.Name, pvcs, pvs, mux, opts.Common.MetricsPath)
+		registerMetrics(mm, rec, driver.Name, inf.factory, inf.scope, mux, opts.Common.MetricsPath)
 		defer serveHTTP(logger, addr, mux).Close()
 		logger.Info("Serving metrics", "address", addr, "path", opts.Common.MetricsPath)
 	}
@@ -157,24 +154,90 @@ func run(ctx context.Context, opts *Options, version string) error {
 		return err
 	}
 	opts.LogStartupNotes(logger)
-	return lifecycle.Run(ctx, opts.Timeout+stopGracePeriod, elector, func(ctx context.Context) error {
-		factory.Start(ctx.Done())
+	return lifecycle.Run(ctx, opts.CallTimeout()+stopGracePeriod, elector, func(ctx context.Context) error {
+		inf.start(ctx.Done())
 		return runAll(ctx, opts.Workers, runners)
 	})
 }
 
 // registerMetrics registers the recovery metrics, the per-state collector over the PVC and PV
-// caches and the process's own metrics on the metrics manager, served at path on mux.
+// caches (with --node-deployment, of this node's volumes only: the instances' series add up)
+// and the process's own metrics on the metrics manager, served at path on mux.
 func registerMetrics(mm csimetrics.CSIMetricsManager, rec *metrics.Recorder, driver string,
-	pvcs coreinformers.PersistentVolumeClaimInformer, pvs coreinformers.PersistentVolumeInformer, mux *http.ServeMux, path string) {
+	factory informers.SharedInformerFactory, scope *nodelocal.Scope, mux *http.ServeMux, path string) {
+	pvcs, pvs := factory.Core().V1().PersistentVolumeClaims(), factory.Core().V1().PersistentVolumes()
 	rec.Register(mm.GetRegistry())
 	mm.GetRegistry().CustomMustRegister(metrics.NewStateCollector(driver,
-		metrics.ClaimLister(driver, pvcs.Lister(), pvs.Lister(), pvcs.Informer().HasSynced, pvs.Informer().HasSynced)))
+		metrics.ClaimLister(driver, pvcs.Lister(), pvs.Lister(), scope.Includes, pvcs.Informer().HasSynced, pvs.Informer().HasSynced)))
 	mm.WithAdditionalRegistry(legacyregistry.DefaultGatherer)
 	mm.RegisterToServer(mux, path)
 }
 
-// stopGracePeriod is how long, beyond one CSI call (--timeout), a stopping process waits for
+// leaseGuard is, with --leader-election, the leader election's client configuration wrapped so
+// that its own Lease renewals feed the guard which every driver call asks first (docs/design.md
+// §2.1), and the guard's check; without, config and a check that always passes.
+func leaseGuard(config *rest.Config, opts *Options) (*rest.Config, func() error) {
+	if !opts.Common.LeaderElection {
+		return config, func() error { return nil }
+	}
+	guard := leaseguard.New(opts.Common.LeaderElectionLeaseDuration, clock.RealClock{})
+	leConfig := rest.CopyConfig(config)
+	leConfig.Wrap(guard.Wrap)
+	return leConfig, guard.Check
+}
+
+// informerSet is the sidecar's informers: the PVC and PV caches (and, when modification is on,
+// the VolumeAttributesClasses) of factory, and with --node-deployment the node scope with the
+// factory of its one Node.
+type informerSet struct {
+	factory     informers.SharedInformerFactory
+	scope       *nodelocal.Scope
+	nodeFactory informers.SharedInformerFactory
+}
+
+func newInformers(ctx context.Context, client kubernetes.Interface, opts *Options) (informerSet, error) {
+	scope, nodeFactory, err := nodeScope(ctx, client, opts)
+	if err != nil {
+		return informerSet{}, err
+	}
+	transform := slimObject
+	if scope != nil {
+		transform = slimNodeObject
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, opts.ResyncPeriod, informers.WithTransform(transform))
+	return informerSet{factory: factory, scope: scope, nodeFactory: nodeFactory}, nil
+}
+
+// start starts every informer the controllers asked for.
+func (s informerSet) start(stop <-chan struct{}) {
+	s.factory.Start(stop)
+	if s.nodeFactory != nil {
+		s.nodeFactory.Start(stop)
+	}
+}
+
+// nodeScope is, with --node-deployment, this instance's node scope (docs/design.md §2.12) and
+// the factory of the informer that watches its one Node (a field selector on its name, so the
+// apiserver sends no other Node's updates); nil without. The Node is read once first, so that a
+// wrong name or a missing permission stops the process with one line instead of leaving every
+// volume alone without a word.
+func nodeScope(ctx context.Context, client kubernetes.Interface, opts *Options) (*nodelocal.Scope, informers.SharedInformerFactory, error) {
+	if !opts.NodeDeployment {
+		return nil, nil, nil
+	}
+	if _, err := client.CoreV1().Nodes().Get(ctx, opts.NodeName, metav1.GetOptions{}); err != nil {
+		return nil, nil, fmt.Errorf("--node-deployment: reading Node %s (--node-name, or NODE_NAME): %w", opts.NodeName, err)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, opts.ResyncPeriod,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.NodeName).String()
+		}))
+	klog.FromContext(ctx).Info("Node deployment: handling the volumes local to this node", "node", opts.NodeName)
+	return nodelocal.NewScope(opts.NodeName, factory.Core().V1().Nodes()), factory, nil
+}
+
+// stopGracePeriod is how long, beyond one CSI call (the longer of --resize-timeout and
+// --modify-timeout), a stopping process waits for
 // the controllers' workers to finish the PVC they are on; then the Lease is released (with
 // ReleaseLeaderElectionOnExit) and the process exits 0 (internal/lifecycle).
 const stopGracePeriod = 5 * time.Second
@@ -187,17 +250,17 @@ type runner func(ctx context.Context, workers int) error
 // informers and with one freshness tracker, so neither decides on a PVC version the other's
 // write replaced.
 func newControllers(opts *Options, driver csi.Driver, conn *grpc.ClientConn, client kubernetes.Interface, recorder record.EventRecorder,
-	rec *metrics.Recorder, factory informers.SharedInformerFactory, leading func() error, expandOn, modifyOn bool) []runner {
+	rec *metrics.Recorder, factory informers.SharedInformerFactory, scope *nodelocal.Scope, leading func() error, expandOn, modifyOn bool) []runner {
 	pvcs := factory.Core().V1().PersistentVolumeClaims()
 	pvs := factory.Core().V1().PersistentVolumes()
-	driverClient := csi.NewClient(conn, opts.Timeout)
+	driverClient := csi.NewClient(conn, opts.ResizeTimeout, opts.ModifyTimeout)
 	writer := &status.APIWriter{Client: client, FieldManager: "csi-resizer"}
 	fresh := freshness.New()
 	var runners []runner
 	if expandOn {
 		runners = append(runners, expandcontroller.New(expandcontroller.Config{
 			Driver: driver, Expander: driverClient, Client: client, Writer: writer, Recorder: recorder, Metrics: rec,
-			Clock: clock.RealClock{}, Fresh: fresh, Leading: leading,
+			Clock: clock.RealClock{}, Fresh: fresh, Leading: leading, Scope: scope,
 			RetryIntervalStart: opts.RetryIntervalStart,
 			RetryIntervalMax:   opts.RetryIntervalMax,
 			HandleVolumeInUse:  opts.HandleVolumeInUseError,
@@ -208,10 +271,11 @@ func newControllers(opts *Options, driver csi.Driver, conn *grpc.ClientConn, cli
 	if modifyOn {
 		runners = append(runners, modifycontroller.New(modifycontroller.Config{
 			Driver: driver, Modifier: driverClient, Client: client, Writer: writer, Recorder: recorder, Metrics: rec,
-			Clock: clock.RealClock{}, Fresh: fresh, Leading: leading,
+			Clock: clock.RealClock{}, Fresh: fresh, Leading: leading, Scope: scope,
 			RetryIntervalStart:  opts.RetryIntervalStart,
 			RetryIntervalMax:    opts.RetryIntervalMax,
 			ExtraModifyMetadata: opts.ExtraModifyMetadata,
+			CallTimeout:         opts.ModifyTimeout,
 		}, pvcs, pvs, factory.Storage().V1().VolumeAttributesClasses()).Run)
 	}
 	return runners
@@ -352,12 +416,18 @@ func newClients(config *rest.Config) (kubernetes.Interface, typedcorev1.CoreV1In
 // Shared values (the same ResourceList map, access-mode slice or volume-mode pointer in many
 // objects) rely on client-go's rule that cached objects are read-only: the resizer deep-copies
 // a status before changing it (pkg/expand) and never writes into a cached object.
-func slimObject(obj any) (any, error) {
+func slimObject(obj any) (any, error) { return slim(obj, false) }
+
+// slimNodeObject is the transform with --node-deployment: slimObject, and every PV keeps its
+// nodeAffinity, which nodelocal.Decide reads (a few hundred bytes per PV).
+func slimNodeObject(obj any) (any, error) { return slim(obj, true) }
+
+func slim(obj any, keepAffinity bool) (any, error) {
 	switch o := obj.(type) {
 	case *v1.PersistentVolumeClaim:
 		return slimClaim(o), nil
 	case *v1.PersistentVolume:
-		return slimVolume(o), nil
+		return slimVolume(o, keepAffinity), nil
 	}
 	// Anything else, including cache.DeletedFinalStateUnknown (whose object was transformed
 	// when it entered the cache), as it is.
@@ -416,7 +486,7 @@ func slimClaim(pvc *v1.PersistentVolumeClaim) *v1.PersistentVolumeClaim {
 	}
 }
 
-func slimVolume(pv *v1.PersistentVolume) *v1.PersistentVolume {
+func slimVolume(pv *v1.PersistentVolume, keepAffinity bool) *v1.PersistentVolume {
 	out := &v1.PersistentVolume{
 		ObjectMeta: slimMeta(&pv.ObjectMeta),
 		Spec: v1.PersistentVolumeSpec{
@@ -434,6 +504,9 @@ func slimVolume(pv *v1.PersistentVolume) *v1.PersistentVolume {
 		out.Spec.PersistentVolumeSource = pv.Spec.PersistentVolumeSource
 		out.Spec.NodeAffinity = pv.Spec.NodeAffinity
 		out.Labels = pv.Labels
+	}
+	if keepAffinity {
+		out.Spec.NodeAffinity = pv.Spec.NodeAffinity
 	}
 	if ref := out.Spec.ClaimRef; ref != nil {
 		// The decoded reference belongs to this object alone; share its repeated strings.

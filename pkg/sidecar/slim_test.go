@@ -165,6 +165,12 @@ func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 	if got := out.(*v1.PersistentVolume); !equality.Semantic.DeepEqual(got, wantPV) {
 		t.Errorf("slim PV:\n got %+v\nwant %+v", got, wantPV)
 	}
+	// With --node-deployment the PV keeps its node affinity too, which nodelocal.Decide reads.
+	out, _ = slimNodeObject(pv.DeepCopy())
+	wantPV.Spec.NodeAffinity = pv.Spec.NodeAffinity
+	if got := out.(*v1.PersistentVolume); !equality.Semantic.DeepEqual(got, wantPV) {
+		t.Errorf("slim PV of a node deployment:\n got %+v\nwant %+v", got, wantPV)
+	}
 
 	// A PV without the annotations gets no annotation map at all, nor a PVC without either.
 	bare := fullVolume("pv-bare")

@@ -93,7 +93,9 @@ func helpGates(text string) map[string]string {
 }
 
 // TestUpstreamHelp: every flag upstream's --help lists, ours lists with the same default, and
-// every feature gate it lists, ours lists with the same maturity and default.
+// every feature gate it lists, ours lists with the same maturity and default. A flag of ours
+// that upstream's binary lacks must be one of aheadOfUpstream (upstream's own, merged or
+// proposed after the binary compared with).
 func TestUpstreamHelp(t *testing.T) {
 	upstream := upstreamResizer(t)
 	code, upHelp := execBinary(t, upstream, "--help")
@@ -124,6 +126,13 @@ func TestUpstreamHelp(t *testing.T) {
 		}
 		if u, o := helpDefault(up[name]), helpDefault(text); u != o {
 			t.Errorf("--%s: default %q, upstream's %q", name, o, u)
+		}
+	}
+	for name := range ours {
+		if _, ok := up[name]; !ok {
+			if _, ahead := aheadOfUpstream[name]; !ahead {
+				t.Errorf("ours has --%s, which upstream's --help lacks: a drop-in adds a flag only ahead of upstream (aheadOfUpstream, with the reason)", name)
+			}
 		}
 	}
 	upGates, ourGates := helpGates(up["feature-gates"]), helpGates(ours["feature-gates"])

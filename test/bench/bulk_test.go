@@ -47,9 +47,11 @@ type pairSpec struct {
 	// Prefix names the PVCs <Prefix>-<i> (a StatefulSet's claim names are
 	// <template>-<set>-<ordinal>).
 	Prefix string
-	// VolumeIDs are the PVs' volume handles; when shorter than the count, made-up handles are
+	// VolumeIDs are the PVs' volume handles; past its end, or where empty, made-up handles are
 	// used (fine for objects the driver is never called for).
 	VolumeIDs []string
+	// Affinity is the node affinity of the i-th PV; nil: every PV in zone-a.
+	Affinity func(i int) *v1.VolumeNodeAffinity
 }
 
 // createPairs creates n bound PVC/PV pairs shaped like the ones a CSI provisioner and the PV
@@ -80,7 +82,7 @@ func createPair(ctx context.Context, client kubernetes.Interface, s pairSpec, qt
 	name := fmt.Sprintf("%s-%d", s.Prefix, i)
 	pvName := "pvc-" + uuid()
 	handle := fmt.Sprintf("vol-%s-%d", s.Namespace, i)
-	if i < len(s.VolumeIDs) {
+	if i < len(s.VolumeIDs) && s.VolumeIDs[i] != "" {
 		handle = s.VolumeIDs[i]
 	}
 	rwo := []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}
@@ -142,6 +144,9 @@ func createPair(ctx context.Context, client kubernetes.Interface, s pairSpec, qt
 			}}}},
 		},
 	}
+	if s.Affinity != nil {
+		pv.Spec.NodeAffinity = s.Affinity(i)
+	}
 	pvs := client.CoreV1().PersistentVolumes()
 	createdPV, err := pvs.Create(ctx, pv, metav1.CreateOptions{FieldManager: "csi-provisioner"})
 	if err != nil {
@@ -196,9 +201,14 @@ func retryConflict(ctx context.Context, fn func() error) error {
 // account token volume added by admission; status with conditions, IPs and a container
 // status): 2 writes per pod.
 func createPods(ctx context.Context, client kubernetes.Interface, ns string, claims []string, node string) error {
+	return createPodsNamed(ctx, client, ns, claims, node, "web")
+}
+
+// createPodsNamed is createPods with the pods named <prefix>-<i>.
+func createPodsNamed(ctx context.Context, client kubernetes.Interface, ns string, claims []string, node, prefix string) error {
 	setUID := types.UID(uuid())
 	return parallel(len(claims), bulkConcurrency, func(i int) error {
-		name := fmt.Sprintf("web-%d", i)
+		name := fmt.Sprintf("%s-%d", prefix, i)
 		pod := &v1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: ns, Name: name,

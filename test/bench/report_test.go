@@ -75,8 +75,10 @@ type results struct {
 	sts        []StatefulSetRun
 	modify     []ModifyRun
 	profiles   []HeapProfile
-	stsSkipped string
-	merged     File
+	// nodeDeployment: BenchmarkNodeDeployment.
+	nodeDeployment []NodeDeploymentRun
+	stsSkipped     string
+	merged         File
 }
 
 var report = &results{start: time.Now(), loadStart: loadAvg()}
@@ -104,7 +106,7 @@ func (r *results) skipStatefulSet(why string)      { r.locked(func() { r.stsSkip
 func (r *results) empty() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.modify)+len(r.profiles) == 0 && r.stsSkipped == ""
+	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.modify)+len(r.profiles)+len(r.nodeDeployment) == 0 && r.stsSkipped == ""
 }
 
 // finish builds the merged view: this run's sections over those of an existing report in the
@@ -135,6 +137,7 @@ func (r *results) finish() {
 	put("decision", r.decision, len(r.decision))
 	put("heapProfiles", r.profiles, len(r.profiles))
 	put("modify", r.modify, len(r.modify))
+	put("nodeDeployment", r.nodeDeployment, len(r.nodeDeployment))
 	stsN := len(r.sts)
 	if r.stsSkipped != "" {
 		stsN = 1
@@ -600,6 +603,11 @@ func (r *results) markdown() string {
 	var mod []ModifyRun
 	if _, ok := r.sectionRuns("modify", &mod); ok {
 		b.WriteString(modifyMarkdown(mod))
+	}
+
+	var nd []NodeDeploymentRun
+	if _, ok := r.sectionRuns("nodeDeployment", &nd); ok {
+		b.WriteString(nodeDeploymentMarkdown(nd))
 	}
 
 	var sts stsSection

@@ -97,6 +97,19 @@ func CreateBoundClaim(t testing.TB, ctx context.Context, client kubernetes.Inter
 // storage class's provisioner and the PV's provisioned-by annotation.
 func CreateBoundClaimWithSource(t testing.TB, ctx context.Context, client kubernetes.Interface, ns, name, driverName string, src corev1.PersistentVolumeSource, size, storageClass string, claimAnnotations map[string]string) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
 	t.Helper()
+	return createBoundClaim(t, ctx, client, ns, name, driverName, src, size, storageClass, claimAnnotations, nil)
+}
+
+// CreateBoundClaimWithAffinity is CreateBoundClaim for a PV with the node affinity affinity (a
+// node-local volume), nil for none.
+func CreateBoundClaimWithAffinity(t testing.TB, ctx context.Context, client kubernetes.Interface, ns, name, driverName, volumeID, size, storageClass string, affinity *corev1.VolumeNodeAffinity) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	t.Helper()
+	src := corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: volumeID, FSType: "ext4"}}
+	return createBoundClaim(t, ctx, client, ns, name, driverName, src, size, storageClass, nil, affinity)
+}
+
+func createBoundClaim(t testing.TB, ctx context.Context, client kubernetes.Interface, ns, name, driverName string, src corev1.PersistentVolumeSource, size, storageClass string, claimAnnotations map[string]string, affinity *corev1.VolumeNodeAffinity) (*corev1.PersistentVolumeClaim, *corev1.PersistentVolume) {
+	t.Helper()
 	qty, err := resource.ParseQuantity(size)
 	if err != nil {
 		t.Fatalf("size %q: %v", size, err)
@@ -121,6 +134,7 @@ func CreateBoundClaimWithSource(t testing.TB, ctx context.Context, client kubern
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			StorageClassName:              storageClass,
 			VolumeMode:                    ptr.To(corev1.PersistentVolumeFilesystem),
+			NodeAffinity:                  affinity,
 		},
 	}
 	if _, err := client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
@@ -237,6 +251,29 @@ func retryOnConflict(ctx context.Context, fn func() error) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// EnsureNodeWithLabels is EnsureNode with labels added to the Node's (its topology labels, as
+// a kubelet sets them from its CSI drivers' NodeGetInfo).
+func EnsureNodeWithLabels(t testing.TB, ctx context.Context, client kubernetes.Interface, name string, labels map[string]string) *corev1.Node {
+	t.Helper()
+	EnsureNode(t, ctx, client, name)
+	var node *corev1.Node
+	err := retryOnConflict(ctx, func() error {
+		cur, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for k, v := range labels {
+			cur.Labels[k] = v
+		}
+		node, err = client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("label node %s: %v", name, err)
+	}
+	return node
 }
 
 // EnsureNode creates a Node named name with a Ready condition if it does not

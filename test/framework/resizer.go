@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// DefaultResizerTimeout is the --timeout StartResizer passes (upstream's
+// DefaultResizerTimeout is csi-resizer's default --timeout, and so of each CSI call (upstream's
 // default; tests with slow-driver faults pass their own).
 const DefaultResizerTimeout = 10 * time.Second
 
@@ -15,9 +15,11 @@ const DefaultResizerTimeout = 10 * time.Second
 // process against driver, with:
 //
 //	--csi-address=<driver socket> --kubeconfig=<kubeconfig>
-//	--http-endpoint=127.0.0.1:<free port> -v=4 --timeout=10s
+//	--http-endpoint=127.0.0.1:<free port> -v=4
 //
-// followed by extraArgs (a repeated flag overrides the default). An empty
+// followed by extraArgs (a repeated flag overrides the default). It passes no --timeout: an
+// explicit one would override --resize-timeout and --modify-timeout (upstream's precedence),
+// and the default is DefaultResizerTimeout anyway. An empty
 // kubeconfig means the cluster's admin kubeconfig. It does not wait for the
 // resizer to be ready (a test may expect it to exit); use WaitHTTP for that.
 func StartResizer(t testing.TB, c *Cluster, kubeconfig string, driver *Driver, extraArgs ...string) *Process {
@@ -31,7 +33,6 @@ func StartResizer(t testing.TB, c *Cluster, kubeconfig string, driver *Driver, e
 		"--kubeconfig=" + kubeconfig,
 		"--http-endpoint=" + addr,
 		"-v=4",
-		"--timeout=" + DefaultResizerTimeout.String(),
 	}, extraArgs...)
 	p := NewProcess(t, "csi-resizer", BuildResizer(t), args...)
 	p.HTTPAddr = addr

@@ -93,6 +93,17 @@ images:
 		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Service": 1, "StatefulSet": 1},
 	},
 	{
+		name: "node-deployment",
+		wrapper: `namespace: csi-driver
+resources:
+- @DEPLOY@/node-deployment
+images:
+- name: registry.example/csi-resizer
+  newTag: v0.0.0-test
+`,
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 2, "ClusterRoleBinding": 2, "DaemonSet": 1},
+	},
+	{
 		name: "statefulset-resizer",
 		wrapper: `namespace: csi-resizer-system
 resources:
@@ -181,6 +192,14 @@ func TestManifestsRBACEffective(t *testing.T) {
 		}
 		kubectlInput(t, cluster, render(t, cluster, deploy, r), "apply", "-f", "-")
 	}
+	// The node-deployment component, bound to the same csi-resizer ServiceAccount (its example
+	// DaemonSet is checked by the dry-run: this apiserver refuses privileged pods for real).
+	kubectlInput(t, cluster, render(t, cluster, deploy, manifestRender{name: "rbac with node-deployment", wrapper: `namespace: csi-driver
+resources:
+- @DEPLOY@/rbac
+components:
+- @DEPLOY@/rbac/node-deployment
+`}), "apply", "-f", "-")
 
 	const sidecar = "system:serviceaccount:csi-driver:csi-resizer"
 	const controller = "system:serviceaccount:csi-resizer-system:statefulset-resizer"
@@ -212,6 +231,11 @@ func TestManifestsRBACEffective(t *testing.T) {
 		{sidecar, "", "list", "volumeattributesclasses.storage.k8s.io", "", true},
 		{sidecar, "", "watch", "volumeattributesclasses.storage.k8s.io", "", true},
 		{sidecar, "", "create", "volumeattributesclasses.storage.k8s.io", "", false},
+		// --node-deployment (rbac/node-deployment): its own Node, read only
+		{sidecar, "", "get", "nodes", "", true},
+		{sidecar, "", "watch", "nodes", "", true},
+		{sidecar, "", "patch", "nodes", "", false},
+		{sidecar, "", "patch", "nodes", "status", false},
 		// statefulset-resizer
 		{controller, "app", "watch", "statefulsets.apps", "", true},
 		{controller, "app", "patch", "statefulsets.apps", "", true},

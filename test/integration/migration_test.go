@@ -175,6 +175,36 @@ func TestUpstreamAnnotations(t *testing.T) {
 
 }
 
+// TestPreResizeCapacityClaimDeleted: a claim deleted right after its node step, before the
+// resizer saw that step end, leaves its PV (Retain) without pre-resize-capacity (docs/design.md
+// §2.9); a claim deleted before its node step leaves the annotation, which still holds the size
+// the file system has. The resizer is frozen (SIGSTOP) across the kubelet's write and the
+// delete, so it sees both at once when thawed, as after a slow sync.
+func TestPreResizeCapacityClaimDeleted(t *testing.T) {
+	e := startMock(t, scenario.Options{Mock: framework.MockDriverOptions{NodeExpansionRequired: true}})
+	_, donePV := e.NewClaim(t, "done", "1Gi")
+	_, pendingPV := e.NewClaim(t, "pending", "1Gi")
+	for _, name := range []string{"done", "pending"} {
+		e.SetRequest(t, name, "2Gi")
+		e.WaitClaim(t, name, resizeTimeout, scenario.InState(v1.PersistentVolumeClaimNodeResizePending))
+	}
+	waitPVAnnotation(t, e, donePV.Name, expand.AnnPreResizeCapacity, "1Gi", "written with the node step")
+	if err := e.Resizer.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	e.FinishNodeExpansion(t, "done")
+	framework.DeleteClaim(t, e.Ctx, e.Client, e.Namespace, "done")
+	framework.DeleteClaim(t, e.Ctx, e.Client, e.Namespace, "pending")
+	if err := e.Resizer.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	waitPVAnnotation(t, e, donePV.Name, expand.AnnPreResizeCapacity, "", "removed: its claim was deleted after the node step")
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		got := e.PV(t, pendingPV.Name).Annotations[expand.AnnPreResizeCapacity]
+		return got == "1Gi", fmt.Sprintf("pre-resize-capacity of the PV whose claim was deleted before its node step = %q, want 1Gi kept", got)
+	})
+}
+
 // TestPreResizeCapacityKeptUntilNodeDone: a pre-resize-capacity annotation already on the PV
 // while the node has not finished is kept by the next PV write (upstream writes it only when
 // absent: it holds the size the file system really has), and removed once the node is done.
@@ -279,4 +309,38 @@ func waitPVAnnotation(t *testing.T, e *scenario.Env, pv, key, value, what string
 		}
 		return got == value, fmt.Sprintf("%s: %s = %q, want %q (%s)", pv, key, got, value, what)
 	})
+}
+
+// TestMigratedInTreeModify: VolumeAttributesClass modification of an awsElasticBlockStore PV
+// handed to the EBS CSI driver (docs/design.md §2.8, §2.11) end to end: the driver gets the
+// volume id and the class's parameters in one call, the PVC's current class follows, the
+// in-tree PV is left as it is (the apiserver refuses volumeAttributesClassName on a PV without
+// spec.csi: writing it failed and repeated the call for ever, docs/design.md §2.11 rule 21),
+// and the call metrics carry migrated="true".
+func TestMigratedInTreeModify(t *testing.T) {
+	e := startMock(t, scenario.Options{Mock: framework.MockDriverOptions{Name: ebsDriver, ModifyVolume: true}})
+	io2 := map[string]string{"type": "io2", "iops": "4000"}
+	e.CreateClass(t, "io2", io2)
+	id, err := e.Driver.CreateVolume(e.Ctx, e.Namespace+"-data", bytesOf("1Gi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pv := newEBSClaim(t, e, "data", id, "1Gi", true)
+
+	e.SetClass(t, "data", "io2")
+	e.WaitClaim(t, "data", modifyTimeout, scenario.ModifiedTo("io2"))
+	wantModifyCalls(t, e.Driver.ModifyCalls(t, id), modifyCall{params: io2, code: codes.OK})
+	got := e.PV(t, pv.Name)
+	if c := got.Spec.VolumeAttributesClassName; c != nil || got.Spec.AWSElasticBlockStore == nil || got.Spec.CSI != nil {
+		t.Errorf("PV: class %v, source %+v; want the in-tree PV as it was", c, got.Spec.PersistentVolumeSource)
+	}
+	framework.Consistently(t, 3*time.Second, func() (bool, string) {
+		n := len(e.Driver.ModifyCalls(t, id))
+		return n == 1, fmt.Sprintf("%d ControllerModifyVolume calls after the modification was recorded, want 1", n)
+	})
+	body := scenario.Scrape(t, e.Resizer)
+	method := `method_name="/csi.v1.Controller/ControllerModifyVolume"`
+	if n := scenario.MetricValue(body, "csi_sidecar_operations_seconds_count", method, `migrated="true"`); n != 1 {
+		t.Errorf("csi_sidecar_operations_seconds_count{ControllerModifyVolume, migrated=\"true\"} = %v, want 1", n)
+	}
 }

@@ -34,7 +34,7 @@ func TestHarnessModifyVolume(t *testing.T) {
 		if err != nil {
 			t.Fatalf("handshake: %v", err)
 		}
-		return drv, rcsi.NewClient(conn, 10*time.Second)
+		return drv, rcsi.NewClient(conn, 10*time.Second, 10*time.Second)
 	}
 
 	t.Run("off by default", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-resizer/csi-resizer/test/framework"
 	"github.com/csi-resizer/csi-resizer/test/scenario"
@@ -701,5 +702,60 @@ func TestModifyLeaderElection(t *testing.T) {
 	if before > 1 || after != 1 {
 		t.Errorf("ControllerModifyVolume calls: %d before the leader's death (want at most its one, still held), %d after (want the new leader's one): %s",
 			before, after, describeModifyCalls(e.Driver.ModifyCalls(t, vol)))
+	}
+}
+
+// TestModifyClassDeletedInFlight (docs/design.md §2.11 rule 20): the class of a modification
+// whose last call had no final answer (UNAVAILABLE) is deleted, its protection finalizer
+// removed by hand. Once that call is past --modify-timeout, the PVC records a final
+// ModifyVolumeError VolumeAttributesClassDeleted, with a Warning event, and no further call for
+// the deleted class is made (the spec still names it: Pending, the error kept); setting the class
+// back to the current one then calls for it (the volume may be partly modified) and ends the
+// modification.
+func TestModifyClassDeletedInFlight(t *testing.T) {
+	unavailable := framework.Fault{Method: "ControllerModifyVolume", Code: codes.Unavailable, Message: "backend busy", MutableParameter: "tier=gold"}
+	e := startMock(t, scenario.Options{
+		Mock:        framework.MockDriverOptions{ModifyVolume: true, Faults: []framework.Fault{unavailable}},
+		ResizerArgs: []string{"--modify-timeout=2s", "--retry-interval-start=200ms", "--retry-interval-max=10m"},
+	})
+	e.CreateClass(t, "silver", silver)
+	e.CreateClass(t, "gold", gold)
+	_, pv := e.NewClaimWithClass(t, "data", "1Gi", "silver")
+	vol := pv.Spec.CSI.VolumeHandle
+	e.SetClass(t, "data", "gold")
+	e.WaitClaim(t, "data", modifyTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		c := scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+		s, target := scenario.ModifyStatus(pvc)
+		return s == v1.PersistentVolumeClaimModifyVolumeInProgress && target == "gold" && c != nil && c.Reason == "Unavailable", "want InProgress for gold after UNAVAILABLE"
+	})
+	if err := e.Client.StorageV1().VolumeAttributesClasses().Delete(e.Ctx, "gold", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The apiserver gives every class the protection finalizer kubernetes.io/vac-protection,
+	// which kube-controller-manager removes only once no PVC or PV names the class: removing it
+	// by hand is how a class in use actually goes.
+	if _, err := e.Client.StorageV1().VolumeAttributesClasses().Patch(e.Ctx, "gold", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.WaitClaim(t, "data", modifyTimeout, func(pvc *v1.PersistentVolumeClaim) (bool, string) {
+		c := scenario.Condition(pvc, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+		return c != nil && c.Reason == "VolumeAttributesClassDeleted", "want the modification given up (ModifyVolumeError VolumeAttributesClassDeleted)"
+	})
+	// Then Pending for gold (the spec still names it), the error kept.
+	e.WaitClaim(t, "data", modifyTimeout, scenario.InModifyStatus(v1.PersistentVolumeClaimModifyVolumePending, "gold"))
+	framework.Eventually(t, modifyTimeout, func() (bool, string) {
+		for _, ev := range e.Events(t, "data", "VolumeModifyFailed") {
+			if strings.Contains(ev.Message, "gold was deleted") {
+				return true, ""
+			}
+		}
+		return false, "no VolumeModifyFailed event says that gold was deleted"
+	})
+	calls := len(e.Driver.ModifyCalls(t, vol))
+	e.SetClass(t, "data", "silver")
+	e.WaitClaim(t, "data", modifyTimeout, scenario.ModifiedTo("silver"))
+	after := e.Driver.ModifyCalls(t, vol)
+	if len(after) != calls+1 || !maps.Equal(after[len(after)-1].MutableParameters, silver) {
+		t.Errorf("ControllerModifyVolume calls after the give-up: %s, want exactly one, for silver", describeModifyCalls(after[calls:]))
 	}
 }
