@@ -15,7 +15,7 @@ src="$root/test/containerd-bins"
 source "$root/hack/cluster/cache.sh"
 
 mod=github.com/containerd/containerd/v2
-version=$(awk -v m="$mod" '$1 == m || ($1 == "require" && $2 == m) { print $NF; exit }' "$src/go.mod")
+version=$(awk -v m="$mod" '$1 == m { print $2; exit }' "$src/go.mod")
 [[ -n "$version" ]] || { echo "build-containerd: no $mod requirement in $src/go.mod" >&2; exit 1; }
 
 build() {

@@ -73,7 +73,17 @@ cached_build() {
   mkdir -p "$tmp"
   local start
   start=$(date +%s)
-  if ! "$build" "$tmp"; then
+  # A subshell with errexit of its own: called as `if ! build`, the build's failing commands
+  # would not stop it. Its stdout goes to stderr: stdout carries only the directory.
+  local rc
+  set +e
+  (
+    set -e
+    "$build" "$tmp"
+  ) >&2
+  rc=$?
+  set -e
+  if ((rc != 0)); then
     rm -rf "$tmp"
     echo "$name: build failed" >&2
     return 1
