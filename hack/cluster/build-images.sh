@@ -18,11 +18,12 @@
 #
 # The names and tags are those of csi-driver-host-path's kubernetes-1.34 manifests; the script
 # fails if the manifests (HOSTPATH_DEPLOY) name other ones. The third-party images are built once
-# per set of inputs into ${XDG_CACHE_HOME:-$HOME/.cache}/csi-resizer/images-<hash>/out; the
-# product image once per source tree state into images-product-<hash>/out.
+# per set of inputs into ${XDG_CACHE_HOME:-$HOME/.cache}/csi-resizer/images-{base,hostpath}-<hash>/out;
+# the product image once per source tree state into images-product-<hash>/out.
 #
 # Usage: hack/cluster/build-images.sh [--product]   prints the tarballs, one per line, on stdout
-# (the product's last; its tag is in the file `tag` next to it). --product: only the product's.
+# (the product's last; its tag is in the file `tag` next to it). --product: only the product's;
+# --minimal: pause, busybox and the product's (no csi-driver-host-path, no sidecars).
 # Environment: VERSION (default: git describe, as the Makefile), HOSTPATH_PLUGIN, UPSTREAM_RESIZER,
 # HOSTPATH_DEPLOY (default: the anchors next to the checkout).
 set -euo pipefail
@@ -49,9 +50,14 @@ REGISTRAR_IMAGE=$sig/csi-node-driver-registrar:v2.17.0
 LIVENESS_IMAGE=$sig/livenessprobe:v2.19.0
 HEALTH_MONITOR_IMAGE=$sig/csi-external-health-monitor-controller:v0.18.0
 
-product_only=false
-[[ "${1:-}" == "--product" ]] && product_only=true
-$product_only || for f in "$HOSTPATH_PLUGIN" "$UPSTREAM_RESIZER"; do
+product_only=false minimal=false
+case "${1:-}" in
+--product) product_only=true ;;
+--minimal) minimal=true ;;
+"") ;;
+*) echo "usage: $0 [--product|--minimal]" >&2; exit 2 ;;
+esac
+$product_only || $minimal || for f in "$HOSTPATH_PLUGIN" "$UPSTREAM_RESIZER"; do
   [[ -x "$f" ]] || { echo "build-images: $f missing (set HOSTPATH_PLUGIN / UPSTREAM_RESIZER)" >&2; exit 1; }
 done
 for f in /bin/busybox /usr/bin/socat /etc/ssl/certs/ca-certificates.crt; do
@@ -61,7 +67,7 @@ done
 # The manifests must name exactly these images, or the pods would wait for a pull that cannot
 # happen here.
 manifest=$HOSTPATH_DEPLOY/deploy/kubernetes-1.34/hostpath/csi-hostpath-plugin.yaml
-if ! $product_only && [[ -f "$manifest" ]]; then
+if ! $product_only && ! $minimal && [[ -f "$manifest" ]]; then
   want=$(printf '%s\n' "$HOSTPATH_IMAGE" "$RESIZER_IMAGE" "$PROVISIONER_IMAGE" "$ATTACHER_IMAGE" "$SNAPSHOTTER_IMAGE" \
     "$REGISTRAR_IMAGE" "$LIVENESS_IMAGE" "$HEALTH_MONITOR_IMAGE" | sort)
   have=$(sed -n 's/^ *image: *//p' "$manifest" | sort -u)
@@ -161,13 +167,11 @@ if $product_only; then
   exit 0
 fi
 
-sidecars=$("$root/hack/build-sidecars.sh" | tail -1)
-
-build_third_party() {
+# Images every cluster has: the sandbox image and a busybox for test pods.
+build_base_images() {
   local out=$1 b
   b=$(mktemp -d "$out/.base.XXXXXX")
   base_files "$b"
-  base_layer "$b"
   {
     "$assemble" --tag "$PAUSE_IMAGE" --out "$out/pause.tar" --user 65535:65535 --entrypoint '["/pause"]' \
       --layer "COPY pause /pause (test/images/cmd/pause)" --file "/pause=$tools/pause,mode=0755"
@@ -176,6 +180,31 @@ build_third_party() {
       --layer "Debian busybox-static $(dpkg-query -W -f='${Version}' busybox-static)" "${busybox_args[@]}" \
       --dir /tmp,mode=1777 --dir /root,mode=0700 \
       --file "/etc/passwd=$b/passwd,mode=0644" --file "/etc/group=$b/group,mode=0644"
+  } >&2
+  rm -rf "$b"
+}
+base_images_hash=$(
+  {
+    hash_inputs "$root/test/images" "${BASH_SOURCE[0]}"
+    sha256sum /bin/busybox | cut -c1-64
+  } | sha256sum | cut -c1-16
+)
+base_images=$(cached_build images-base "$base_images_hash" build_base_images pause.tar busybox.tar | tail -1)
+if $minimal; then
+  ls "$base_images"/*.tar
+  echo "$product/csi-resizer-product.tar"
+  exit 0
+fi
+
+sidecars=$("$root/hack/build-sidecars.sh" | tail -1)
+
+# csi-driver-host-path's images, under the names its kubernetes-1.34 manifests use.
+build_hostpath_images() {
+  local out=$1 b
+  b=$(mktemp -d "$out/.base.XXXXXX")
+  base_files "$b"
+  base_layer "$b"
+  {
     # Upstream's image is Alpine with util-linux, coreutils, socat and tar; busybox gives the
     # mount, umount, losetup and tar the driver runs, socat (with its libraries) the
     # csi-hostpath-socat StatefulSet of the same deployment.
@@ -184,7 +213,8 @@ build_third_party() {
       --layer "busybox-static and socat from Debian" "${busybox_args[@]}" "${socat_args[@]}" \
       --dir /tmp,mode=1777 --file "/etc/passwd=$b/passwd,mode=0644" --file "/etc/group=$b/group,mode=0644" \
       --layer "COPY hostpathplugin /hostpathplugin (the anchor binary)" --file "/hostpathplugin=$HOSTPATH_PLUGIN,mode=0755"
-    # kubernetes-csi's sidecar images: distroless static (root), one binary, its entrypoint.
+    # kubernetes-csi's sidecar images: distroless static (root, as upstream's), one binary,
+    # its entrypoint.
     sidecar() {
       local tag=$1 file=$2 bin=$3 what=$4
       "$assemble" --tag "$tag" --out "$out/$file.tar" "${BASE_ENV[@]}" --entrypoint "[\"/$file\"]" \
@@ -201,8 +231,7 @@ build_third_party() {
   } >&2
   rm -rf "$b"
 }
-
-third_party_hash=$(
+hostpath_hash=$(
   {
     hash_inputs "$root/test/images" "${BASH_SOURCE[0]}"
     echo "$sidecars"
@@ -210,10 +239,10 @@ third_party_hash=$(
     ldd /usr/bin/socat | grep -o '/[^ ]*' | sort -u | xargs -r sha256sum | cut -c1-64
   } | sha256sum | cut -c1-16
 )
-third_party=$(cached_build images "$third_party_hash" build_third_party \
-  pause.tar busybox.tar hostpathplugin.tar csi-resizer.tar csi-provisioner.tar csi-attacher.tar csi-snapshotter.tar \
+hostpath_images=$(cached_build images-hostpath "$hostpath_hash" build_hostpath_images \
+  hostpathplugin.tar csi-resizer.tar csi-provisioner.tar csi-attacher.tar csi-snapshotter.tar \
   csi-node-driver-registrar.tar livenessprobe.tar csi-external-health-monitor-controller.tar | tail -1)
 
 # The product image last: up.sh reads its tag next to it.
-ls "$third_party"/*.tar
+ls "$base_images"/*.tar "$hostpath_images"/*.tar
 echo "$product/csi-resizer-product.tar"

@@ -27,7 +27,11 @@ bash "$here/deps.sh"
 k8s_bin=$(bash "$root/hack/build-k8s-bins.sh" | tail -1)
 node_bin=$(bash "$root/hack/build-node-bins.sh" | tail -1)
 containerd_bin=$(bash "$root/hack/build-containerd.sh" | tail -1)
-mapfile -t images < <(bash "$here/build-images.sh")
+# CLUSTER_IMAGES=minimal: only pause, busybox and the product's image (no csi-driver-host-path).
+images_arg=()
+[[ "${CLUSTER_IMAGES:-}" == minimal ]] && images_arg=(--minimal)
+mapfile -t images < <(bash "$here/build-images.sh" "${images_arg[@]}")
+((${#images[@]} > 0)) || { log "no images built"; exit 1; }
 log "binaries and images ready after $(($(date +%s) - start))s"
 
 bash "$here/down.sh"
@@ -94,7 +98,7 @@ done
 # use those paths; the machine's own stay untouched), the sysctl files, and last everything
 # shared within the namespace, for the Bidirectional mounts of the CSI driver's pod. Propagation
 # starts private (unshare's default): nothing mounted inside reaches the machine.
-ip netns exec "$NETNS" unshare --mount="$MNTNS" --propagation private -- bash -euc "
+nsenter --net="$NETNS_PATH" unshare --mount="$MNTNS" --propagation private -- bash -euc "
   mount --rbind /sys/fs/cgroup '$NS_DIR/cgroup'
   mount -t sysfs sysfs /sys
   mount --move '$NS_DIR/cgroup' /sys/fs/cgroup
@@ -292,6 +296,10 @@ state = "/run/containerd"
 [plugins."io.containerd.cri.v1.runtime"]
   # Pod network namespaces under containerd's state dir, not the machine's /run/netns.
   netns_mounts_under_state_dir = true
+  # This machine withholds CAP_SYS_RESOURCE even from root: no process may lower its
+  # oom_score_adj below 0, and runc fails every pod sandbox (-998) with "failed to update
+  # /proc/self/oom_score_adj: Permission denied". Clamp to containerd's own score (0) instead.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
@@ -348,6 +356,8 @@ evictionHard:
   nodefs.inodesFree: "1%"
   imagefs.available: "1%"
 protectKernelDefaults: false
+# Its own score: the default -999 needs CAP_SYS_RESOURCE, which this machine withholds.
+oomScoreAdj: 0
 EOF
 log "kubelet"
 spawn kubelet "$node_bin/kubelet" --config="$CONF/kubelet.yaml" --kubeconfig="$CONF/kubelet.kubeconfig" \
@@ -361,6 +371,8 @@ clientConnection:
 mode: iptables
 clusterCIDR: "$CLUSTER_CIDR"
 hostnameOverride: "$NODE_NAME"
+# The default -999 needs CAP_SYS_RESOURCE, which this machine withholds.
+oomScoreAdj: 0
 healthzBindAddress: "127.0.0.1:10256"
 metricsBindAddress: "127.0.0.1:10249"
 # Leave the conntrack table sizes and timeouts alone: they are the machine's, not the
