@@ -42,6 +42,14 @@ kubectl wait --for=condition=Established --timeout=60s \
   crd/volumesnapshotclasses.snapshot.storage.k8s.io crd/volumesnapshotcontents.snapshot.storage.k8s.io \
   crd/volumesnapshots.snapshot.storage.k8s.io >/dev/null
 
+# deploy/kubernetes-1.34/deploy.sh is a symbolic link to ../util/deploy-hostpath.sh in the
+# driver's repository (stored here as a file holding that path); the script finds the
+# manifests next to the name it was started under. The same layout, with links:
+layout=$shims/kubernetes-1.34
+mkdir -p "$layout"
+ln -s "$HOSTPATH_DEPLOY/deploy/util/deploy-hostpath.sh" "$layout/deploy.sh"
+ln -s "$HOSTPATH_DEPLOY/deploy/kubernetes-1.34/hostpath" "$layout/hostpath"
+
 log "csi-driver-host-path: deploy/kubernetes-1.34/deploy.sh with the local RBAC files"
 rbac=$HOSTPATH_DEPLOY/rbac
 CSI_PROVISIONER_RBAC=$rbac/external-provisioner.yaml \
@@ -49,7 +57,7 @@ CSI_PROVISIONER_RBAC=$rbac/external-provisioner.yaml \
   CSI_RESIZER_RBAC=$rbac/external-resizer.yaml \
   CSI_SNAPSHOTTER_RBAC=$rbac/external-snapshotter.yaml \
   CSI_EXTERNALHEALTH_MONITOR_RBAC=$rbac/external-health-monitor-controller.yaml \
-  bash "$HOSTPATH_DEPLOY/deploy/kubernetes-1.34/deploy.sh" 2>&1 | grep -v '^wget: offline' >&2
+  bash "$layout/deploy.sh" 2>&1 | grep -v '^wget: offline' >&2
 
 log "StorageClass csi-hostpath-sc"
 kubectl apply -f - >/dev/null <<'EOF'

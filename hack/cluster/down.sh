@@ -94,6 +94,16 @@ if ip link show "$CLUSTER_VETH" >/dev/null 2>&1; then
   ip link delete "$CLUSTER_VETH"
 fi
 
+# /run/netns, if this cluster's `ip netns add` made it and no namespace is left in it.
+if [[ -z "$(ls -A /run/netns 2>/dev/null)" ]]; then
+  if [[ -f "$CLUSTER_DIR/made-run-netns-mount" ]] && mountpoint -q /run/netns; then
+    umount /run/netns || true
+  fi
+  if [[ -f "$CLUSTER_DIR/made-run-netns-dir" ]] && ! mountpoint -q /run/netns; then
+    rmdir /run/netns 2>/dev/null || true
+  fi
+fi
+
 for h in $(cgroup_hierarchies); do
   [[ -d "$h/$CLUSTER_NAME" ]] || continue
   find "$h/$CLUSTER_NAME" -depth -type d -exec rmdir {} + 2>/dev/null || true

@@ -58,6 +58,10 @@ mkdir -p "$CLUSTER_DIR" "$NS_DIR" "$VAR_LIB" "$VAR_LOG" "$RUN_DIR" "$CONF" "$PKI
 
 # --- network namespace: loopback, and a veth link to the machine ----------------------------
 log "network namespace $NETNS, node address $NODE_IP"
+# `ip netns add` makes /run/netns (and a shared bind mount of it) the first time: remembered, so
+# that down.sh removes them again when no namespace is left in them.
+[[ -d /run/netns ]] || touch "$CLUSTER_DIR/made-run-netns-dir"
+mountpoint -q /run/netns 2>/dev/null || touch "$CLUSTER_DIR/made-run-netns-mount"
 ip netns add "$NETNS"
 ip link add "$CLUSTER_VETH" type veth peer name eth0 netns "$NETNS"
 ip addr add "$HOST_IP/30" dev "$CLUSTER_VETH"
@@ -356,6 +360,9 @@ evictionHard:
   nodefs.inodesFree: "1%"
   imagefs.available: "1%"
 protectKernelDefaults: false
+# A pod's volumes are looked at again (and an online expansion's node step done) at each sync:
+# every 10s instead of the default 1m, so that a resize's node step takes seconds, not a minute.
+syncFrequency: 10s
 # Its own score: the default -999 needs CAP_SYS_RESOURCE, which this machine withholds.
 oomScoreAdj: 0
 EOF

@@ -81,6 +81,8 @@ type Cluster struct {
 	ProductImage string
 	Config       *rest.Config
 	Client       kubernetes.Interface
+	// StartTime is how long up.sh took (builds included).
+	StartTime time.Duration
 
 	env  map[string]string
 	opts Options
@@ -105,40 +107,60 @@ func Available() error {
 }
 
 // Start brings up a cluster (hack/cluster/up.sh: a cold build of its parts takes minutes, a
-// warm start about a minute) and removes it when the test ends, unless EnvKeep is 1. A cluster
-// of the same name left by an earlier run is removed first.
+// warm start about half a minute) and removes it when the test ends, unless EnvKeep is 1. A
+// cluster of the same name left by an earlier run is removed first.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
-	if err := Available(); err != nil {
+	c, err := Up(opts)
+	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Down(); err != nil {
+			t.Error(err)
+		}
+	})
+	return c
+}
+
+// Up is Start for a cluster that outlives one test (TestMain): Down removes it.
+func Up(opts Options) (*Cluster, error) {
+	if err := Available(); err != nil {
+		return nil, err
 	}
 	opts = opts.withDefaults()
 	root, err := framework.RepoRoot()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Logf("starting the one-node cluster %s in %s", opts.Name, opts.Dir)
 	begin := time.Now()
 	out, err := runScript(root, opts, "up.sh")
 	if err != nil {
-		t.Fatalf("hack/cluster/up.sh: %v\n%s", err, tail(out, 60))
+		return nil, fmt.Errorf("hack/cluster/up.sh: %v\n%s", err, tail(out, 60))
 	}
-	t.Logf("cluster %s up in %s", opts.Name, time.Since(begin).Round(time.Second))
-	t.Cleanup(func() {
-		if os.Getenv(EnvKeep) == "1" {
-			t.Logf("%s=1: cluster %s left running (CLUSTER_NAME=%s CLUSTER_DIR=%s CLUSTER_NET=%s CLUSTER_VETH=%s make cluster-down)",
-				EnvKeep, opts.Name, opts.Name, opts.Dir, opts.Net, opts.Veth)
-			return
-		}
-		if out, err := runScript(root, opts, "down.sh"); err != nil {
-			t.Errorf("hack/cluster/down.sh: %v\n%s", err, tail(out, 30))
-		}
-	})
 	c, err := load(opts)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return c
+	c.StartTime = time.Since(begin)
+	return c, nil
+}
+
+// Down removes the cluster (hack/cluster/down.sh), unless EnvKeep is 1.
+func (c *Cluster) Down() error {
+	if os.Getenv(EnvKeep) == "1" {
+		fmt.Fprintf(os.Stderr, "%s=1: cluster %s left running (CLUSTER_NAME=%s CLUSTER_DIR=%s CLUSTER_NET=%s CLUSTER_VETH=%s make cluster-down)\n",
+			EnvKeep, c.opts.Name, c.opts.Name, c.opts.Dir, c.opts.Net, c.opts.Veth)
+		return nil
+	}
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if out, err := runScript(root, c.opts, "down.sh"); err != nil {
+		return fmt.Errorf("hack/cluster/down.sh: %v\n%s", err, tail(out, 30))
+	}
+	return nil
 }
 
 // Running returns the cluster `make cluster` (or Start with EnvKeep=1) left running under
