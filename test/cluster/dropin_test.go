@@ -43,8 +43,8 @@ func TestDropInSetImage(t *testing.T) {
 	if _, err := c.Kubectl(t, "set", "image", "statefulset/csi-hostpathplugin", "csi-resizer="+c.ProductImage); err != nil {
 		t.Fatal(err)
 	}
-	// The pod is re-created with the new template; wait until the resizer container either is
-	// ready or has terminated at least once.
+	// The pod is re-created with the new template; wait until the resizer container has
+	// terminated at least once, or has run for 30s (past its 10s --timeout to reach the driver).
 	var st corev1.ContainerStatus
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := c.Client.CoreV1().Pods("default").Get(ctx, "csi-hostpathplugin-0", metav1.GetOptions{})
@@ -54,7 +54,10 @@ func TestDropInSetImage(t *testing.T) {
 		for _, s := range p.Status.ContainerStatuses {
 			if s.Name == "csi-resizer" && strings.HasSuffix(s.Image, c.ProductImage) {
 				st = s
-				return s.Ready || s.RestartCount > 0 || s.State.Terminated != nil, nil
+				if s.RestartCount > 0 || s.State.Terminated != nil {
+					return true, nil
+				}
+				return s.State.Running != nil && time.Since(s.State.Running.StartedAt.Time) > 30*time.Second, nil
 			}
 		}
 		return false, nil
