@@ -104,6 +104,7 @@ nonroot:x:65532:
 EOF
   printf 'hosts: files dns\n' >"$dir/nsswitch.conf"
 }
+# shellcheck disable=SC2054 # the commas are the assembler's option syntax, not separators
 # base_layer DIR: sets base_args to that layer's arguments (files of base_files DIR).
 base_layer() {
   local dir=$1
@@ -115,11 +116,13 @@ base_layer() {
 }
 BASE_ENV=(--env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt)
 
+# shellcheck disable=SC2054
 # socat_args: socat and the libraries it loads (paths without spaces).
 socat_args=(--file /usr/bin/socat=/usr/bin/socat,mode=0755)
 for lib in $(ldd /usr/bin/socat | grep -o '/[^ ]*' | sort -u); do
   socat_args+=(--file "$(realpath -s "$lib")=$(realpath "$lib"),mode=0755")
 done
+# shellcheck disable=SC2054
 # busybox_args: busybox and its applets as symlinks, for images with a shell.
 busybox_args=(--file /bin/busybox=/bin/busybox,mode=0755)
 for a in $(/bin/busybox --list); do

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the cluster's build scripts (hack/build-node-bins.sh, hack/build-containerd.sh,
 # hack/build-sidecars.sh, hack/images/build.sh): one way to build something once per set of
 # inputs and keep it in ${XDG_CACHE_HOME:-$HOME/.cache}/csi-resizer, the way

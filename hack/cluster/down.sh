@@ -37,7 +37,9 @@ cluster_pids() {
 
 freezer=/sys/fs/cgroup/freezer/$CLUSTER_NAME
 set_freezer() {
-  [[ -f "$freezer/freezer.state" ]] && echo "$1" >"$freezer/freezer.state" 2>/dev/null || true
+  if [[ -f "$freezer/freezer.state" ]]; then
+    echo "$1" >"$freezer/freezer.state" 2>/dev/null || true
+  fi
 }
 
 pids=$(cluster_pids)
@@ -57,8 +59,10 @@ if [[ -n "$pids" ]]; then
     pids=$(cluster_pids)
     [[ -z "$pids" ]] && break
     # Anything that appeared meanwhile (a process forked before the freeze).
-    # shellcheck disable=SC2086
-    ((i % 10 == 0)) && kill -KILL $pids 2>/dev/null || true
+    if ((i % 10 == 0)); then
+      # shellcheck disable=SC2086
+      kill -KILL $pids 2>/dev/null || true
+    fi
     sleep 0.1
   done
   if [[ -n "$pids" ]]; then

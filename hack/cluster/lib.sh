@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the variables are for the scripts that source this
 # Sourced by hack/cluster/*.sh: the names, addresses and paths of one one-node cluster, and the
 # helpers that run things inside it. Everything is derived from two settings, so that a
 # person's cluster (make cluster) and a test's cluster (test/cluster) can run side by side:
