@@ -69,9 +69,17 @@ func TestDropInSetImage(t *testing.T) {
 	socket, _ := c.Kubectl(t, "exec", "csi-hostpathplugin-0", "-c", "hostpath", "--",
 		"stat", "-c", "%A %U(%u) %G(%g)", "/csi/csi.sock")
 	user, _ := c.InNode(t, "sh", "-c", `pid=$(pgrep -f '^/csi-resizer ' | head -1); [ -n "$pid" ] && grep -E '^(Uid|CapEff)' /proc/$pid/status`)
-	logs, _ := c.Kubectl(t, "logs", "csi-hostpathplugin-0", "-c", "csi-resizer", "--tail=5")
-	if logs == "" {
-		logs, _ = c.Kubectl(t, "logs", "csi-hostpathplugin-0", "-c", "csi-resizer", "--previous", "--tail=5")
+	// The last finished run's log says how it ended; the current one may not have got that far.
+	var logs string
+	var logErr error
+	if st.RestartCount > 0 {
+		logs, logErr = c.Kubectl(t, "logs", "csi-hostpathplugin-0", "-c", "csi-resizer", "--previous", "--tail=5")
+	}
+	if strings.TrimSpace(logs) == "" {
+		logs, logErr = c.Kubectl(t, "logs", "csi-hostpathplugin-0", "-c", "csi-resizer", "--tail=5")
+	}
+	if strings.TrimSpace(logs) == "" {
+		logs = fmt.Sprintf("(none: %v)", logErr)
 	}
 	state := "running"
 	if term := st.State.Terminated; term != nil {
