@@ -164,6 +164,11 @@ product_hash=$(
   } | sha256sum | cut -c1-16
 )
 product=$(cached_build images-product "$product_hash" build_product csi-resizer-product.tar tag | tail -1)
+# One product image per source state adds up quickly: keep the three used last.
+find "$cache_root" -mindepth 3 -maxdepth 3 -path "$cache_root/images-product-*/out/.complete" -printf '%T@ %h\n' |
+  sort -rn | tail -n +4 | while read -r _ stale; do
+    [[ "$stale" != "$product" ]] && rm -rf "$(dirname "$stale")"
+  done
 
 if $product_only; then
   echo "$product/csi-resizer-product.tar"
