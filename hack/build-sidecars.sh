@@ -11,7 +11,7 @@
 # node-driver-registrar, livenessprobe and external-health-monitor-controller are stand-ins of
 # this project (test/images/cmd), because the module proxy does not serve those three modules
 # (it answers 403 for github.com/kubernetes-csi/{node-driver-registrar,livenessprobe,
-# external-health-monitor}). hack/images/build.sh assembles the images.
+# external-health-monitor}). hack/cluster/build-images.sh assembles the images.
 #
 # Each module is built the way its own Makefile does (CGO_ENABLED=0, -ldflags -X
 # main.version=<tag>), from a writable copy of the module's source in the module cache: `go

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Assembles, without a registry or a Docker engine, every container image the one-node cluster
-# runs, as docker-archive tarballs that `ctr images import` reads (hack/cluster/up.sh and
-# load-images.sh import them). Nothing is pulled: each image is made from files of this
-# machine by test/images/cmd/assemble-image.
+# runs, as docker-archive tarballs that `ctr images import` reads (hack/cluster/up.sh imports
+# them). Nothing is pulled: each image is made from files of this machine by
+# test/images/cmd/assemble-image.
 #
 #   registry.k8s.io/pause:3.10.2                     test/images/cmd/pause (containerd 2.4's default sandbox image)
 #   localhost/busybox:1.35.0                         Debian's busybox-static, for test pods

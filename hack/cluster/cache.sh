@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by the cluster's build scripts (hack/build-node-bins.sh, hack/build-containerd.sh,
-# hack/build-sidecars.sh, hack/images/build.sh): one way to build something once per set of
+# hack/build-sidecars.sh, hack/cluster/build-images.sh): one way to build something once per set of
 # inputs and keep it in ${XDG_CACHE_HOME:-$HOME/.cache}/csi-resizer, the way
 # hack/build-k8s-bins.sh keeps the control plane.
 #

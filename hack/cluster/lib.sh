@@ -9,6 +9,9 @@
 #   CLUSTER_NET   the first three octets of the /30 between the machine and the node
 #                 (default 10.213.0: the machine is .1, the node .2)
 #   CLUSTER_VETH  the machine's end of that link (default crnode0; at most 15 characters)
+#
+# up.sh also reads CLUSTER_IMAGES (minimal: only pause, busybox and the product's image) and
+# CLUSTER_KEEP_ON_FAILURE (1: a failed start is left as it is, for a look).
 
 CLUSTER_NAME=${CLUSTER_NAME:-csi-resizer-node}
 CLUSTER_DIR=${CLUSTER_DIR:-/var/tmp/$CLUSTER_NAME}

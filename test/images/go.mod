@@ -1,4 +1,4 @@
-// Module images assembles the one-node cluster's container images offline (hack/images/build.sh):
+// Module images assembles the one-node cluster's container images offline (hack/cluster/build-images.sh):
 // the image assembler (go-containerregistry, no registry, no Docker engine), a pause binary,
 // and stand-ins for the three kubernetes-csi sidecars the Go module proxy does not serve. A
 // nested module so that the main module's vendor tree stays as it is.
