@@ -26,7 +26,7 @@ UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspat
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image check clean
+.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath check clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -146,6 +146,20 @@ lint-dockerfile: ## static checks of the Dockerfile (no Docker engine needed)
 
 image: ## build the container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+# The one-node cluster (docs/cluster.md): a real kubelet, containerd and kube-proxy next to the
+# control plane, in network and mount namespaces of their own, images assembled offline. Root.
+cluster: ## start the one-node cluster (kubelet, containerd 2, runc, CNI bridge, control plane; own netns and mount ns) and leave it running; prints the kubeconfig
+	bash hack/cluster/up.sh
+
+cluster-down: ## stop the one-node cluster and remove everything it made (processes, mounts, netns, cgroups, its directory)
+	bash hack/cluster/down.sh
+
+cluster-images: ## assemble the cluster's images offline (product image from the Dockerfile's recipe, pause, busybox, csi-driver-host-path and its sidecars); prints the tarballs
+	bash hack/cluster/build-images.sh
+
+cluster-deploy-hostpath: ## deploy csi-driver-host-path on the running cluster with its own kubernetes-1.34 manifests and RBAC, and a StorageClass csi-hostpath-sc
+	bash hack/cluster/deploy-hostpath.sh
 
 # helm-check before test: it builds helm, which test's deploy/helm tests need under CI=true.
 check: verify helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration soak-ci bench-smoke ## everything CI runs

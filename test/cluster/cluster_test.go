@@ -1,0 +1,179 @@
+//go:build cluster
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// shared is the cluster of this test binary: started by the first test that needs one (a
+// warm start takes about half a minute), removed by TestMain when all tests are done.
+var shared *Cluster
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		if err := shared.Down(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// clusterFor returns the package's cluster, starting it on first use, or skips when this
+// machine cannot run one.
+func clusterFor(t *testing.T) *Cluster {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	if shared == nil {
+		c, err := Up(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("cluster %s up in %s", c.Name, c.StartTime.Round(time.Second))
+		shared = c
+	}
+	return shared
+}
+
+// TestNode checks the node itself: Ready with the pinned kubelet and containerd 2, a pod runs
+// under the real kubelet from an imported image (nothing pulled), with a pod IP on the CNI
+// bridge, its logs read back through the apiserver and the kubelet, and the kubernetes
+// Service reaching the apiserver from the pod through kube-proxy's rules.
+func TestNode(t *testing.T) {
+	c := clusterFor(t)
+	ctx := context.Background()
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := node.Status.NodeInfo
+	t.Logf("node %s: kubelet %s, %s, %s, %s", node.Name, info.KubeletVersion, info.ContainerRuntimeVersion, info.OSImage, info.KernelVersion)
+	if info.KubeletVersion != "v1.36.3" {
+		t.Errorf("kubelet %s, want v1.36.3", info.KubeletVersion)
+	}
+	if !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://2.") {
+		t.Errorf("runtime %s, want containerd 2.x", info.ContainerRuntimeVersion)
+	}
+
+	// busybox's nc has no -z: a connection that opens and closes proves the path.
+	pod := busyboxPod("probe", `set -e
+echo "pod ip $(ip -4 addr show eth0 | sed -n 's/.*inet \([0-9.]*\).*/\1/p')"
+echo | nc -w 5 "$KUBERNETES_SERVICE_HOST" "$KUBERNETES_SERVICE_PORT" && echo "service $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT reachable"`)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if _, err := c.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Client.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}) })
+	var phase corev1.PodPhase
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	logs, _ := c.Kubectl(t, "logs", pod.Name)
+	if err != nil || phase != corev1.PodSucceeded {
+		out, _ := c.Kubectl(t, "describe", "pod", pod.Name)
+		t.Fatalf("pod %s: phase %s (%v)\nlogs:\n%s\n%s", pod.Name, phase, err, logs, out)
+	}
+	t.Logf("pod logs:\n%s", logs)
+	if !strings.Contains(logs, "pod ip 10.244.0.") || !strings.Contains(logs, "reachable") {
+		t.Errorf("pod logs lack its bridge address or the Service check:\n%s", logs)
+	}
+}
+
+// TestHostpathExpansion deploys csi-driver-host-path from its own manifests, provisions a PVC
+// through its StorageClass, mounts it in a pod, and grows it: the controller step by upstream's
+// csi-resizer sidecar in the driver's pod, the node step by the real kubelet.
+func TestHostpathExpansion(t *testing.T) {
+	c := clusterFor(t)
+	ctx := context.Background()
+	deployHostpathOnce(t, c)
+
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "grow"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptrTo("csi-hostpath-sc"),
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			},
+		},
+	}
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := busyboxPod("grow", "echo hello > /data/hello && sleep 3600")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name},
+	}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	if _, err := c.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo(int64(0))})
+		_ = c.Client.CoreV1().PersistentVolumeClaims("default").Delete(ctx, pvc.Name, metav1.DeleteOptions{})
+	})
+	if out, err := c.Kubectl(t, "wait", "--for=condition=Ready", "pod/grow", "--timeout=120s"); err != nil {
+		desc, _ := c.Kubectl(t, "describe", "pod", "grow")
+		t.Fatalf("%v\n%s\n%s", err, out, desc)
+	}
+	start := time.Now()
+	patch := []byte(`{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}`)
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims("default").Patch(ctx, pvc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		capacity := p.Status.Capacity[corev1.ResourceStorage]
+		last = fmt.Sprintf("capacity %s, allocatedResourceStatuses %v", capacity.String(), p.Status.AllocatedResourceStatuses)
+		return capacity.Cmp(resource.MustParse("2Gi")) == 0 && len(p.Status.AllocatedResourceStatuses) == 0, nil
+	})
+	events, _ := c.Kubectl(t, "get", "events", "--field-selector", "involvedObject.name=grow",
+		"-o", "custom-columns=REASON:.reason,FROM:.source.component,MESSAGE:.message")
+	if err != nil {
+		t.Fatalf("PVC not grown to 2Gi: %s\n%s", last, events)
+	}
+	t.Logf("grown to 2Gi in %s\n%s", time.Since(start).Round(time.Second), events)
+	for _, want := range []string{"external-resizer hostpath.csi.k8s.io", "FileSystemResizeSuccessful"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("no event with %q: the controller step is upstream's sidecar's, the node step the kubelet's", want)
+		}
+	}
+}
+
+func busyboxPod(name, script string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptrTo(int64(1)),
+			Containers: []corev1.Container{{
+				Name: name, Image: "localhost/busybox:1.35.0", Command: []string{"sh", "-c", script},
+			}},
+		},
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
