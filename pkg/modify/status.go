@@ -64,11 +64,7 @@ func ClassGoneWait(pvc *v1.PersistentVolumeClaim, callTimeout time.Duration, now
 	if c == nil {
 		return 0
 	}
-	started := c.LastProbeTime.Time
-	if c.LastTransitionTime.After(started) {
-		started = c.LastTransitionTime.Time
-	}
-	return max(0, started.Add(time.Second+callTimeout).Sub(now))
+	return max(0, conditions.LastSeen(c).Add(time.Second+callTimeout).Sub(now))
 }
 
 // ClassGoneStatus records that the modification to target, whose class was deleted while a call
@@ -143,10 +139,7 @@ func RetryWait(pvc *v1.PersistentVolumeClaim, o Observed, p Plan, r expand.Retry
 	if cond == nil {
 		return 0
 	}
-	at := cond.LastProbeTime.Time
-	if cond.LastTransitionTime.After(at) {
-		at = cond.LastTransitionTime.Time
-	}
+	at := conditions.LastSeen(cond).Time
 	interval := r.Max
 	if o.Status != v1.PersistentVolumeClaimModifyVolumeInfeasible {
 		since := cond.LastTransitionTime.Time

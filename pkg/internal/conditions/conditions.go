@@ -19,6 +19,15 @@ func Find(conds []v1.PersistentVolumeClaimCondition, t v1.PersistentVolumeClaimC
 	return nil
 }
 
+// LastSeen is when the condition was last set: the later of its lastProbeTime and its
+// lastTransitionTime (a writer that records only the transition leaves the probe time zero).
+func LastSeen(c *v1.PersistentVolumeClaimCondition) metav1.Time {
+	if c.LastTransitionTime.After(c.LastProbeTime.Time) {
+		return c.LastTransitionTime
+	}
+	return c.LastProbeTime
+}
+
 // Set sets a True condition. lastTransitionTime changes only when the condition was not
 // already True, so it keeps saying when the situation began. lastProbeTime changes when the
 // content changes, or on every call with probe (the error condition records each attempt); an
