@@ -47,7 +47,19 @@ type Options struct {
 	Veth string
 }
 
+// withDefaults fills what opts leaves empty from the environment (CLUSTER_NAME, CLUSTER_NET,
+// CLUSTER_VETH, as `make cluster` reads them; so that two checkouts can test side by side),
+// else from the test cluster's defaults.
 func (o Options) withDefaults() Options {
+	if o.Name == "" {
+		o.Name = os.Getenv("CLUSTER_NAME")
+	}
+	if o.Net == "" {
+		o.Net = os.Getenv("CLUSTER_NET")
+	}
+	if o.Veth == "" {
+		o.Veth = os.Getenv("CLUSTER_VETH")
+	}
 	if o.Name == "" {
 		o.Name = "csi-resizer-test"
 	}
