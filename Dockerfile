@@ -29,7 +29,11 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
     go build -mod=vendor -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
       -o /out/ ./cmd/csi-resizer ./cmd/statefulset-resizer
 
-# The runtime image: no shell, no package manager, UID/GID 65532.
+# The runtime image: no shell, no package manager. It runs as root by default, as upstream's
+# external-resizer image does: CSI drivers commonly create their socket as root with mode 0755,
+# and `kubectl set image` of the sidecar must keep working. The base's nonroot user (UID/GID
+# 65532) is there for the hardened setup, `securityContext.runAsUser: 65532` where the driver's
+# socket is writable to it (docs/security.md).
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="csi-resizer" \
@@ -38,5 +42,5 @@ LABEL org.opencontainers.image.title="csi-resizer" \
       org.opencontainers.image.version="${VERSION}"
 COPY --from=builder /out/csi-resizer /csi-resizer
 COPY --from=builder /out/statefulset-resizer /statefulset-resizer
-USER 65532:65532
+USER 0:0
 ENTRYPOINT ["/csi-resizer"]

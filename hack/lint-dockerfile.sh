@@ -11,7 +11,7 @@
 #   2. Project policy: golang builder stage that builds ./cmd/csi-resizer and
 #      ./cmd/statefulset-resizer with CGO_ENABLED=0 -mod=vendor -trimpath -ldflags
 #      "-s -w -X main.version=${VERSION}"; final stage gcr.io/distroless/static-debian12:nonroot
-#      with only COPY --from=builder of /csi-resizer and /statefulset-resizer, USER 65532:65532,
+#      with only COPY --from=builder of /csi-resizer and /statefulset-resizer, USER 0:0 (as upstream),
 #      exec-form ENTRYPOINT ["/csi-resizer"], no RUN; tagged (not :latest) base images; no ADD;
 #      no downloads (apt-get, curl, go mod download) in RUN.
 #   3. .dockerignore keeps every file `go build` reads for both binaries on linux/amd64 and

@@ -140,7 +140,7 @@ build_product() {
   (cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -mod=vendor -trimpath \
     -ldflags "-s -w -X main.version=$VERSION" -o "$b/" ./cmd/csi-resizer ./cmd/statefulset-resizer)
   "$assemble" --tag "csi-resizer:$VERSION" --out "$out/csi-resizer-product.tar" \
-    "${BASE_ENV[@]}" --workdir /home/nonroot --user 65532:65532 --entrypoint '["/csi-resizer"]' \
+    "${BASE_ENV[@]}" --workdir /home/nonroot --user 0:0 --entrypoint '["/csi-resizer"]' \
     --label org.opencontainers.image.title=csi-resizer \
     --label "org.opencontainers.image.description=CSI resizer sidecar with KEP-1790 recovery, and statefulset-resizer" \
     --label org.opencontainers.image.source=https://github.com/csi-resizer/csi-resizer \

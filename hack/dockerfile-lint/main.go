@@ -7,7 +7,7 @@
 //     Dockerfile may use, and any other base image is an error.
 //  2. Project policy on the parsed instructions: a builder stage that compiles both binaries
 //     statically from vendor/ with the version stamp, a distroless nonroot final stage with
-//     only COPY --from=builder of /csi-resizer and /statefulset-resizer, USER 65532:65532,
+//     only COPY --from=builder of /csi-resizer and /statefulset-resizer, USER 0:0,
 //     exec-form ENTRYPOINT ["/csi-resizer"], tagged base images, no ADD, no downloads.
 //  3. The build context: every file `go build` reads for the two binaries (as `go list -deps`
 //     reports it for linux/amd64 and linux/arm64, vendor/ included), and go.mod, go.sum and
@@ -47,7 +47,7 @@ var binaries = []string{"csi-resizer", "statefulset-resizer"}
 
 const (
 	finalBase  = "gcr.io/distroless/static-debian12:nonroot"
-	finalUser  = "65532:65532"
+	finalUser  = "0:0"
 	entrypoint = "/csi-resizer"
 )
 
@@ -305,7 +305,7 @@ func policyChecks(r *report, dt []byte) int {
 	for _, b := range binaries {
 		check(copied["/out/"+b+" /"+b], "final stage: no COPY --from=builder /out/%s /%s", b, b)
 	}
-	check(len(user) > 0 && user[len(user)-1] == finalUser, "final stage: last USER is %v, want %s (numeric, so runAsNonRoot can verify it)", user, finalUser)
+	check(len(user) > 0 && user[len(user)-1] == finalUser, "final stage: last USER is %v, want %s (root, as upstream: the driver's socket is commonly root's 0755; numeric, so runAsNonRoot can verify it)", user, finalUser)
 	check(slices.Equal(ep, []string{entrypoint}), "final stage: ENTRYPOINT %q, want [%q]", ep, entrypoint)
 	return checks
 }

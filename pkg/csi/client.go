@@ -51,7 +51,8 @@ func (d Driver) NodeOnly() bool { return !d.ControllerExpand && d.NodeExpand }
 // controller or the node) nor modify them: the resizer would have nothing to do for it.
 var ErrNoExpansion = errors.New("no expansion or modification capability")
 
-// Connect dials the driver's socket. It fails when no connection is made within timeout, and
+// Connect dials the driver's socket. It fails at once with a *SocketPermissionError when the
+// process may not connect to the socket, else when no connection is made within timeout, and
 // exits the process when an established connection is lost: the driver restarted and may have
 // lost its own state, and the cached capabilities may be stale (the same policy as upstream).
 //
@@ -59,11 +60,19 @@ var ErrNoExpansion = errors.New("no expansion or modification capability")
 // (its errors are not affected), so that at the default verbosity a driver that never comes up
 // costs exactly one line on stderr, the error below, whatever --timeout is.
 func Connect(ctx context.Context, address string, timeout time.Duration, mm csimetrics.CSIMetricsManager) (*grpc.ClientConn, error) {
+	// A socket this process may not write fails at once, saying so: waiting out --timeout would
+	// end in "no driver answered" and a crash loop that hides the cause.
+	if err := checkSocketAccess(address); err != nil {
+		return nil, err
+	}
 	dialCtx := klog.NewContext(ctx, klog.FromContext(ctx).V(2))
 	conn, err := connection.Connect(dialCtx, address, mm,
 		connection.WithTimeout(timeout),
 		connection.OnConnectionLoss(connection.ExitOnConnectionLoss()))
 	if err != nil {
+		if perr := dialPermissionError(address); perr != nil {
+			return nil, perr
+		}
 		return nil, fmt.Errorf("no CSI driver answered on --csi-address %s within --timeout %s (is the driver running and the socket volume mounted?): %w", address, timeout, err)
 	}
 	return conn, nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,6 +135,9 @@ type ExternalDriverOptions struct {
 	Endpoint string
 	// Name is the expected driver name; empty = whatever GetPluginInfo says.
 	Name string
+	// Credential runs Command as another user; the socket's directory and {statedir} are
+	// given to that user, so the driver's socket is that user's.
+	Credential *syscall.Credential
 }
 
 // StartExternalDriver starts (or connects to) a real CSI driver. Fault
@@ -148,9 +152,15 @@ func StartExternalDriver(t testing.TB, opts ExternalDriverOptions) *Driver {
 		d.Endpoint = "unix://" + d.SocketPath
 		// A driver that keeps state on disk (csi-driver-host-path's --statedir) must not
 		// share it with other tests, nor lose it when the test restarts the driver.
-		cmdline := strings.NewReplacer("{endpoint}", shellQuote(d.Endpoint), "{statedir}", shellQuote(t.TempDir())).Replace(opts.Command)
+		statedir := t.TempDir()
+		cmdline := strings.NewReplacer("{endpoint}", shellQuote(d.Endpoint), "{statedir}", shellQuote(statedir)).Replace(opts.Command)
 		// exec: the driver replaces the shell, so signals reach it directly.
-		d.Process = StartProcess(t, "csi-driver", "/bin/sh", "-c", "exec "+cmdline)
+		d.Process = NewProcess(t, "csi-driver", "/bin/sh", "-c", "exec "+cmdline)
+		if opts.Credential != nil {
+			giveDirs(t, opts.Credential, filepath.Dir(d.SocketPath), statedir)
+			d.Process.Credential = opts.Credential
+		}
+		d.Process.Start(t)
 	case opts.Endpoint != "":
 		d.SocketPath = strings.TrimPrefix(opts.Endpoint, "unix://")
 		d.Endpoint = "unix://" + d.SocketPath
@@ -653,6 +663,24 @@ func shortTempDir(t testing.TB) string {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	return dir
+}
+
+// giveDirs makes dirs (and their parents up to the root) reachable by cred's user, and dirs
+// themselves its own.
+func giveDirs(t testing.TB, cred *syscall.Credential, dirs ...string) {
+	t.Helper()
+	for _, dir := range dirs {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+		for d := dir; d != "/"; d = filepath.Dir(d) {
+			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o005 != 0o005 {
+				if err := os.Chmod(d, fi.Mode().Perm()|0o005); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 }
 
 // shellQuote quotes s for /bin/sh.

@@ -36,6 +36,9 @@ type Process struct {
 	// HTTPAddr is the host:port the process serves HTTP on, when the
 	// starter knows it (StartResizer sets it); empty otherwise.
 	HTTPAddr string
+	// Credential runs the process as another user (nil: as the test runs). Files it needs must
+	// be readable by that user.
+	Credential *syscall.Credential
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -93,7 +96,8 @@ func (p *Process) Start(t testing.TB) {
 		Setpgid: true,
 		// If the test binary dies without running cleanups (test timeout,
 		// SIGKILL), the kernel kills the child instead of leaking it.
-		Pdeathsig: syscall.SIGKILL,
+		Pdeathsig:  syscall.SIGKILL,
+		Credential: p.Credential,
 	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
