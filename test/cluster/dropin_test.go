@@ -20,8 +20,8 @@ import (
 // deployment, `kubectl set image` of the csi-resizer container to this project's image and
 // nothing else changed, then a PVC of the driver grows. It reports what the swapped container
 // does (its state, exit code and log, the socket's owner and mode as the driver's container
-// sees it, the uid the container runs as) and fails if the PVC does not grow (issue 25 item 3:
-// the image runs as 65532, the driver's socket is root's with mode 0755).
+// sees it, the uid the container runs as) and fails if the PVC does not grow. The driver's socket
+// is root's with mode 0755: the image's root default connects (docs/security.md).
 func TestDropInSetImage(t *testing.T) {
 	c := clusterFor(t)
 	ctx := context.Background()
@@ -43,8 +43,9 @@ func TestDropInSetImage(t *testing.T) {
 	if _, err := c.Kubectl(t, "set", "image", "statefulset/csi-hostpathplugin", "csi-resizer="+c.ProductImage); err != nil {
 		t.Fatal(err)
 	}
-	// The pod is re-created with the new template; wait until the resizer container has
-	// terminated at least once, or has run for 30s (past its 10s --timeout to reach the driver).
+	// The pod is re-created with the new template; wait until the resizer container is ready,
+	// has terminated at least once, or has run for 30s (past its 10s --timeout to reach the
+	// driver).
 	var st corev1.ContainerStatus
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := c.Client.CoreV1().Pods("default").Get(ctx, "csi-hostpathplugin-0", metav1.GetOptions{})
@@ -57,7 +58,7 @@ func TestDropInSetImage(t *testing.T) {
 				if s.RestartCount > 0 || s.State.Terminated != nil {
 					return true, nil
 				}
-				return s.State.Running != nil && time.Since(s.State.Running.StartedAt.Time) > 30*time.Second, nil
+				return s.Ready || (s.State.Running != nil && time.Since(s.State.Running.StartedAt.Time) > 30*time.Second), nil
 			}
 		}
 		return false, nil
@@ -130,8 +131,56 @@ func TestDropInSetImage(t *testing.T) {
 		return capacity.Cmp(resource.MustParse("2Gi")) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("after the literal drop-in the PV did not grow to 2Gi within 90s: the swapped resizer does not work "+
-			"(socket %s, container %s; issue 25 item 3)", strings.TrimSpace(socket), state)
+		t.Fatalf("after the literal drop-in the PV did not grow to 2Gi within 90s: the swapped resizer does not work "+
+			"(socket %s, container %s)", strings.TrimSpace(socket), state)
+	}
+	if st.RestartCount != 0 {
+		t.Errorf("the swapped csi-resizer container restarted %d times, want 0 (state: %s)", st.RestartCount, state)
+	}
+	t.Run("unprivileged user against the root socket", func(t *testing.T) { unprivilegedDropIn(t, c) })
+}
+
+// unprivilegedDropIn runs the swapped container as the image's unprivileged user (65532), which
+// may not connect to the driver's root 0755 socket: the container must stop with the error
+// that says so, naming the socket's owner and mode and its uid (docs/security.md).
+func unprivilegedDropIn(t *testing.T, c *Cluster) {
+	ctx := context.Background()
+	patch := func(sc string) {
+		t.Helper()
+		p := `{"spec":{"template":{"spec":{"containers":[{"name":"csi-resizer","securityContext":` + sc + `}]}}}}`
+		if _, err := c.Kubectl(t, "patch", "statefulset/csi-hostpathplugin", "--type=strategic", "-p", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patch(`{"runAsUser":65532,"runAsGroup":65532}`)
+	t.Cleanup(func() { patch(`{"runAsUser":null,"runAsGroup":null}`) })
+	var logs string
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.CoreV1().Pods("default").Get(ctx, "csi-hostpathplugin-0", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name != "csi-resizer" || (s.State.Terminated == nil && s.LastTerminationState.Terminated == nil) {
+				continue
+			}
+			args := []string{"logs", "csi-hostpathplugin-0", "-c", "csi-resizer", "--tail=3"}
+			if s.State.Terminated == nil {
+				args = append(args, "--previous")
+			}
+			logs, _ = c.Kubectl(t, args...)
+			return strings.Contains(logs, "cannot connect"), nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("csi-resizer as uid 65532 did not stop with the permission error within 2 minutes; its log:\n%s", logs)
+	}
+	t.Logf("its log:\n%s", logs)
+	for _, want := range []string{"permission denied", "/csi/csi.sock", "owned by uid 0 gid 0 with mode Srwxr-xr-x", "runs as uid 65532 gid 65532"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the error does not say %q", want)
+		}
 	}
 }
 
