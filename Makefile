@@ -26,7 +26,7 @@ UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspat
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath check clean
+.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath test-cluster check clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -158,11 +158,14 @@ cluster-down: ## stop the one-node cluster and remove everything it made (proces
 cluster-images: ## assemble the cluster's images offline (product image from the Dockerfile's recipe, pause, busybox, csi-driver-host-path and its sidecars); prints the tarballs
 	bash hack/cluster/build-images.sh
 
+test-cluster: ## the test/cluster suite on a one-node cluster it starts and removes (kubelet, containerd; docs/cluster.md); skipped in one line where a node cannot run, except under CI=true
+	RUN='$(RUN)' bash hack/cluster/test.sh
+
 cluster-deploy-hostpath: ## deploy csi-driver-host-path on the running cluster with its own kubernetes-1.34 manifests and RBAC, and a StorageClass csi-hostpath-sc
 	bash hack/cluster/deploy-hostpath.sh
 
 # helm-check before test: it builds helm, which test's deploy/helm tests need under CI=true.
-check: verify helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration soak-ci bench-smoke ## everything CI runs
+check: verify helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration test-cluster soak-ci bench-smoke ## everything CI runs
 
 clean:
 	rm -rf $(BIN)
