@@ -38,7 +38,7 @@ const ssrOptIn = "csi-resizer.io/volume-claim-template-updates"
 // re-creates the StatefulSet and raises the PVCs, upstream's csi-resizer sidecar of
 // csi-driver-host-path expands them, the kubelet does the node step in the running pods, and
 // `statefulset-resizer wait` (built from this checkout) exits 0. Each install is removed
-// afterwards (kubectl delete of the rendered objects, helm uninstall; the namespace too).
+// afterwards (`kubectl delete -k`, `helm uninstall`; the namespace too).
 func TestStatefulSetResizer(t *testing.T) {
 	c := clusterFor(t)
 	deployHostpathOnce(t, c)
