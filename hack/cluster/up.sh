@@ -69,6 +69,11 @@ ip link set "$CLUSTER_VETH" up
 ip netns exec "$NETNS" ip link set lo up
 ip netns exec "$NETNS" ip addr add "$NODE_IP/30" dev eth0
 ip netns exec "$NETNS" ip link set eth0 up
+# A route for the Services' range, so that the node's own processes can connect to a ClusterIP
+# (the apiserver calling an admission webhook through its Service): without one, connect() fails
+# with "network is unreachable" before kube-proxy's DNAT (nat OUTPUT) can send it to the pod.
+# On-link, no gateway: an address no Service rule takes gets no ARP answer and goes nowhere.
+ip netns exec "$NETNS" ip route add "$SERVICE_CIDR" dev eth0
 # No default route: nothing inside may reach past the machine. These sysctls are the namespace's
 # own: forwarding between the pods' bridge and the node, and iptables on bridged traffic (a pod
 # reaching a Service whose endpoint is a pod on the same bridge).
