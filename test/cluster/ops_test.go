@@ -343,6 +343,20 @@ func opsLeaderElection(t *testing.T, c *Cluster) {
 			t.Errorf("no ControllerExpandVolume call for %s in the new leader's log", n)
 		}
 	}
+	// And none before it led: a standby starts no controller.
+	lines := opsLogLines(t, c, opsNS, standby, "csi-resizer", "")
+	led := -1
+	for i, l := range lines {
+		if led < 0 && strings.Contains(l, "became leader, starting") {
+			led = i
+		}
+		if strings.Contains(l, "Calling ControllerExpandVolume") && led < 0 {
+			t.Errorf("the standby called the driver before it led: %s", l)
+		}
+	}
+	if led < 0 {
+		t.Errorf("the new leader's log has no 'became leader, starting' line")
+	}
 }
 
 // opsHoldReplacement creates a ResourceQuota of one pod in the replicas' namespace (two run
