@@ -143,8 +143,8 @@ func opsWaitLeader(t *testing.T, c *Cluster) (leader string, pods []string, tran
 	return leader, pods, transitions
 }
 
-// opsPrometheusRecovery: Prometheus scrapes the replicas with the README's kubernetes_sd_configs
-// line (only the kubeconfig added: it runs outside the cluster), a PVC mounted in a pod is
+// opsPrometheusRecovery: Prometheus scrapes the replicas with the README's scrape config
+// (opsScrapePrometheus), a PVC mounted in a pod is
 // grown beyond the driver's --max-volume-size (1Ti by default: OUT_OF_RANGE, infeasible), then
 // lowered again (KEP-1790 recovery), and csi_resizer_volume_recovery_total{state="success"},
 // read through /api/v1/query, must increase.
