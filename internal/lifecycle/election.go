@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+
+	"github.com/csi-resizer/csi-resizer/internal/events"
 )
 
 // HealthPath is where the leader election's health check is served: csi-lib-utils' path, which
@@ -88,7 +90,7 @@ func NewElector(ctx context.Context, e Election) (*Elector, error) {
 	if el.namespace == "" {
 		el.namespace = podNamespace()
 	}
-	el.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
+	el.broadcaster = events.NewBroadcaster(ctx)
 	recorder := el.broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: e.Lease + "/" + e.Identity})
 	lock, err := resourcelock.NewWithLabels(resourcelock.LeasesResourceLock, el.namespace, SanitizeName(e.Lease),
 		e.Client.CoreV1(), e.Client.CoordinationV1(),

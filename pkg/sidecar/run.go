@@ -34,6 +34,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-resizer/csi-resizer/internal/events"
 	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
 	"github.com/csi-resizer/csi-resizer/pkg/csi"
 	"github.com/csi-resizer/csi-resizer/pkg/expand"
@@ -303,9 +304,9 @@ func runAll(ctx context.Context, workers int, runners []runner) error {
 // newRecorder is the PVC event recorder, writing through the events' own client (lower
 // priority within --kube-api-qps). The source component is upstream's, so event filters written
 // for upstream keep working.
-func newRecorder(ctx context.Context, events typedcorev1.EventsGetter, driver string) (record.EventRecorder, func()) {
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.Events("")})
+func newRecorder(ctx context.Context, client typedcorev1.EventsGetter, driver string) (record.EventRecorder, func()) {
+	broadcaster := events.NewBroadcaster(ctx)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.Events("")})
 	return broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "external-resizer " + driver}), broadcaster.Shutdown
 }
 

@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +14,9 @@ import (
 
 // TestShutdownKeepsEvents: a resizer stopped (SIGTERM) while its worker is in a
 // ControllerExpandVolume call records the call's answer on the way out (docs/design.md §1); the
-// PVC's event for that answer must reach the API too.
+// PVC's event for that answer must reach the API too: the event broadcasters outlive the
+// signal and are flushed once the workers stopped (internal/events).
 func TestShutdownKeepsEvents(t *testing.T) {
-	if os.Getenv("CSI_RESIZER_KNOWN_BUGS") != "1" {
-		t.Skip("product bug, reproduced by this test: pkg/sidecar's newRecorder builds the event broadcaster with " +
-			"record.WithContext(ctx) of the signal context, so SIGTERM stops it at once and the event of the item the " +
-			"workers finish is dropped (\"Unable to record event (will not retry!)\" err=\"broadcaster already stopped\"); " +
-			"the elector's broadcaster (internal/lifecycle) and statefulset-resizer's do the same. CSI_RESIZER_KNOWN_BUGS=1 runs it")
-	}
 	e := startMock(t, scenario.Options{NoResizer: true})
 	r := e.StartResizer(t, "--timeout=30s")
 	r.WaitHTTP(t, "/metrics", 90*time.Second)
