@@ -37,8 +37,10 @@ const scenarioMutableParams = "iops,throughput"
 // kubelet or the driver.
 func TestScenarios(t *testing.T) {
 	c := clusterFor(t)
-	deployHostpathOnce(t, c)
 	begin := time.Now()
+	deployHostpathOnce(t, c)
+	t.Logf("csi-driver-host-path deployed (or found) in %s", time.Since(begin).Round(time.Second))
+	begin = time.Now()
 	useOurResizer(t, c)
 	t.Logf("our resizer in csi-hostpathplugin-0 in %s", time.Since(begin).Round(time.Second))
 	ns := scenarioNamespace(t, c, "scenarios")
@@ -398,6 +400,8 @@ func savedForReplace(t *testing.T, c *Cluster, name string) (string, error) {
 // and waits for the driver's pod to run the upstream containers again.
 func restoreUpstreamResizer(t *testing.T, c *Cluster, saved, applied, upstreamNames string) {
 	t.Helper()
+	begin := time.Now()
+	defer func() { t.Logf("upstream's resizer back in %s", time.Since(begin).Round(time.Second)) }()
 	keep := map[string]bool{}
 	for _, n := range strings.Fields(upstreamNames) {
 		keep[n] = true
@@ -429,6 +433,8 @@ func scenarioNamespace(t *testing.T, c *Cluster, name string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		begin := time.Now()
+		defer func() { t.Logf("namespace %s and its PVs gone in %s", name, time.Since(begin).Round(time.Second)) }()
 		if err := c.Client.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Error(err)
 			return
