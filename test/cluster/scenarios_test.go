@@ -422,6 +422,13 @@ func restoreUpstreamResizer(t *testing.T, c *Cluster, saved, applied, upstreamNa
 	if _, err := c.Kubectl(t, "delete", "--ignore-not-found", "lease/external-resizer-hostpath-csi-k8s-io"); err != nil {
 		t.Error(err)
 	}
+	// The driver's pod runs what the saved template says (upstream's resizer, no modify flags).
+	const images = `jsonpath={range .spec.template.spec.containers[*]}{.image} {.args}{"\n"}{end}`
+	want, _ := c.KubectlWithInput(t, saved, "create", "--dry-run=client", "-f", "-", "-o", images)
+	got, _ := c.Kubectl(t, "get", "pod", "csi-hostpathplugin-0", "-o", strings.Replace(images, ".spec.template.spec", ".spec", 1))
+	if want == "" || got != want {
+		t.Errorf("after the restore the driver's pod runs\n%s\nwant\n%s", got, want)
+	}
 }
 
 // scenarioNamespace creates a namespace and deletes it at the end, waiting until it is gone
