@@ -137,6 +137,14 @@ func scenarioInfeasible(t *testing.T, s *scenarioEnv) {
 		t.Errorf("the kubelet called NodeExpandVolume with 2Ti for a ControllerResizeInfeasible claim")
 	}
 
+	// KEP-1790 lets the request go back down, but only above the capacity the volume has.
+	patch := []byte(`{"spec":{"resources":{"requests":{"storage":"1Gi"}}}}`)
+	_, err := s.c.Client.CoreV1().PersistentVolumeClaims(s.ns).Patch(s.ctx, "infeasible", types.MergePatchType, patch, metav1.PatchOptions{})
+	if err == nil {
+		t.Errorf("the apiserver let the request go back to 1Gi, the capacity: KEP-1790 allows only more than the capacity")
+	} else {
+		t.Logf("lowering to 1Gi (the capacity) refused, as KEP-1790 says: %v", err)
+	}
 	s.resize(t, "infeasible", "2Gi")
 	p = s.waitPVC(t, "infeasible", 2*time.Minute, "recovered to 2Gi", func(p *corev1.PersistentVolumeClaim) bool {
 		return isQuantity(p.Status.Capacity, "2Gi") && len(p.Status.AllocatedResourceStatuses) == 0
