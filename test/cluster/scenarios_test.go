@@ -71,7 +71,7 @@ func scenarioOnline(t *testing.T, s *scenarioEnv) {
 	before := s.df(t, "online")
 	s.resize(t, "online", "2Gi")
 	p := s.waitPVC(t, "online", 2*time.Minute, "capacity 2Gi, resize state cleared", func(p *corev1.PersistentVolumeClaim) bool {
-		return isQuantity(p.Status.Capacity, "2Gi") && len(p.Status.AllocatedResourceStatuses) == 0
+		return storageIs(p.Status.Capacity, "2Gi") && len(p.Status.AllocatedResourceStatuses) == 0
 	})
 	s.expectDone(t, p, "2Gi")
 	s.expectPV(t, pv, "2Gi")
@@ -89,20 +89,20 @@ func scenarioOffline(t *testing.T, s *scenarioEnv) {
 	pv := s.boundPVC(t, "offline", "1Gi", "")
 	s.resize(t, "offline", "2Gi")
 	p := s.waitPVC(t, "offline", time.Minute, "NodeResizePending after the controller step", func(p *corev1.PersistentVolumeClaim) bool {
-		return resizeState(p) == corev1.PersistentVolumeClaimNodeResizePending
+		return pvcResizeState(p) == corev1.PersistentVolumeClaimNodeResizePending
 	})
-	if !isQuantity(p.Status.Capacity, "1Gi") || !isQuantity(p.Status.AllocatedResources, "2Gi") {
+	if !storageIs(p.Status.Capacity, "1Gi") || !storageIs(p.Status.AllocatedResources, "2Gi") {
 		t.Errorf("after the controller step: capacity %s, allocatedResources %s; want 1Gi (the node step is to come) and 2Gi",
-			qty(p.Status.Capacity), qty(p.Status.AllocatedResources))
+			storageOf(p.Status.Capacity), storageOf(p.Status.AllocatedResources))
 	}
-	if !hasCondition(p, corev1.PersistentVolumeClaimFileSystemResizePending) {
-		t.Errorf("NodeResizePending without a FileSystemResizePending condition: %v", conditionTypes(p))
+	if !pvcHasCondition(p, corev1.PersistentVolumeClaimFileSystemResizePending) {
+		t.Errorf("NodeResizePending without a FileSystemResizePending condition: %v", pvcConditionTypes(p))
 	}
 	s.expectPV(t, pv, "2Gi")
 	start := time.Now()
 	s.podWithClaim(t, "offline", "offline")
 	p = s.waitPVC(t, "offline", 2*time.Minute, "the kubelet's node step at mount", func(p *corev1.PersistentVolumeClaim) bool {
-		return isQuantity(p.Status.Capacity, "2Gi") && len(p.Status.AllocatedResourceStatuses) == 0
+		return storageIs(p.Status.Capacity, "2Gi") && len(p.Status.AllocatedResourceStatuses) == 0
 	})
 	t.Logf("node step done %s after the pod was created", time.Since(start).Round(100*time.Millisecond))
 	s.expectDone(t, p, "2Gi")
@@ -117,13 +117,13 @@ func scenarioInfeasible(t *testing.T, s *scenarioEnv) {
 	s.podWithClaim(t, "infeasible", "infeasible")
 	s.resize(t, "infeasible", "2Ti")
 	p := s.waitPVC(t, "infeasible", time.Minute, "ControllerResizeInfeasible", func(p *corev1.PersistentVolumeClaim) bool {
-		return resizeState(p) == corev1.PersistentVolumeClaimControllerResizeInfeasible
+		return pvcResizeState(p) == corev1.PersistentVolumeClaimControllerResizeInfeasible
 	})
-	if !isQuantity(p.Status.AllocatedResources, "2Ti") || !isQuantity(p.Status.Capacity, "1Gi") {
+	if !storageIs(p.Status.AllocatedResources, "2Ti") || !storageIs(p.Status.Capacity, "1Gi") {
 		t.Errorf("infeasible: allocatedResources %s, capacity %s; want 2Ti and 1Gi",
-			qty(p.Status.AllocatedResources), qty(p.Status.Capacity))
+			storageOf(p.Status.AllocatedResources), storageOf(p.Status.Capacity))
 	}
-	cond := condition(p, corev1.PersistentVolumeClaimControllerResizeError)
+	cond := pvcCondition(p, corev1.PersistentVolumeClaimControllerResizeError)
 	if cond == nil || !strings.Contains(cond.Message, "exceeds maximum allowed") {
 		t.Errorf("infeasible: want a ControllerResizeError condition with the driver's message, got %+v", p.Status.Conditions)
 	}
@@ -147,7 +147,7 @@ func scenarioInfeasible(t *testing.T, s *scenarioEnv) {
 	}
 	s.resize(t, "infeasible", "2Gi")
 	p = s.waitPVC(t, "infeasible", 2*time.Minute, "recovered to 2Gi", func(p *corev1.PersistentVolumeClaim) bool {
-		return isQuantity(p.Status.Capacity, "2Gi") && len(p.Status.AllocatedResourceStatuses) == 0
+		return storageIs(p.Status.Capacity, "2Gi") && len(p.Status.AllocatedResourceStatuses) == 0
 	})
 	s.expectDone(t, p, "2Gi")
 	s.expectPV(t, pv, "2Gi")
@@ -167,7 +167,7 @@ func scenarioNodeStep(t *testing.T, s *scenarioEnv) {
 	w := s.watchPVC(t, "nodestep")
 	s.resize(t, "nodestep", "3Gi")
 	p := s.waitPVC(t, "nodestep", 2*time.Minute, "capacity 3Gi, resize state cleared", func(p *corev1.PersistentVolumeClaim) bool {
-		return isQuantity(p.Status.Capacity, "3Gi") && len(p.Status.AllocatedResourceStatuses) == 0
+		return storageIs(p.Status.Capacity, "3Gi") && len(p.Status.AllocatedResourceStatuses) == 0
 	})
 	s.expectDone(t, p, "3Gi")
 	steps := w.stop()
@@ -181,9 +181,9 @@ func scenarioNodeStep(t *testing.T, s *scenarioEnv) {
 	notKubelet := func(o []string) bool { return len(o) == 1 && o[0] != "kubelet" }
 	want := []struct {
 		desc string
-		ok   func(statusStep) bool
+		ok   func(scenarioStep) bool
 	}{
-		{"ControllerResizeInProgress with Resizing, written by our resizer", func(st statusStep) bool {
+		{"ControllerResizeInProgress with Resizing, written by our resizer", func(st scenarioStep) bool {
 			if st.state != corev1.PersistentVolumeClaimControllerResizeInProgress || !st.hasCond(corev1.PersistentVolumeClaimResizing) ||
 				st.allocated != "3Gi" || !notKubelet(st.stateOwners) {
 				return false
@@ -191,14 +191,14 @@ func scenarioNodeStep(t *testing.T, s *scenarioEnv) {
 			resizer = st.stateOwners[0]
 			return true
 		}},
-		{"NodeResizePending with FileSystemResizePending, capacity 1Gi, written by our resizer", func(st statusStep) bool {
+		{"NodeResizePending with FileSystemResizePending, capacity 1Gi, written by our resizer", func(st scenarioStep) bool {
 			return st.state == corev1.PersistentVolumeClaimNodeResizePending && st.hasCond(corev1.PersistentVolumeClaimFileSystemResizePending) &&
 				st.capacity == "1Gi" && len(st.stateOwners) == 1 && st.stateOwners[0] == resizer
 		}},
-		{"NodeResizeInProgress, written by the kubelet", func(st statusStep) bool {
-			return st.state == corev1.PersistentVolumeClaimNodeResizeInProgress && contains(st.stateOwners, "kubelet")
+		{"NodeResizeInProgress, written by the kubelet", func(st scenarioStep) bool {
+			return st.state == corev1.PersistentVolumeClaimNodeResizeInProgress && scenContains(st.stateOwners, "kubelet")
 		}},
-		{"capacity 3Gi written by the kubelet, no state, no condition", func(st statusStep) bool {
+		{"capacity 3Gi written by the kubelet, no state, no condition", func(st scenarioStep) bool {
 			return st.capacity == "3Gi" && st.state == "" && len(st.conds) == 0 &&
 				len(st.capacityOwners) == 1 && st.capacityOwners[0] == "kubelet"
 		}},
@@ -235,32 +235,32 @@ func scenarioModify(t *testing.T, s *scenarioEnv) {
 	t.Run("silver-then-gold", func(t *testing.T) {
 		pv := s.boundPVC(t, "vac-silver", "1Gi", silver)
 		p := s.waitPVC(t, "vac-silver", time.Minute, "current class silver", func(p *corev1.PersistentVolumeClaim) bool {
-			return ptrVal(p.Status.CurrentVolumeAttributesClassName) == silver
+			return scenDeref(p.Status.CurrentVolumeAttributesClassName) == silver
 		})
-		t.Logf("created with %s: current %s, modifyVolumeStatus %+v", silver, ptrVal(p.Status.CurrentVolumeAttributesClassName), p.Status.ModifyVolumeStatus)
+		t.Logf("created with %s: current %s, modifyVolumeStatus %+v", silver, scenDeref(p.Status.CurrentVolumeAttributesClassName), p.Status.ModifyVolumeStatus)
 		s.setClass(t, "vac-silver", gold)
 		s.waitClass(t, "vac-silver", pv, gold)
 	})
 	t.Run("refused-then-rolled-back", func(t *testing.T) {
 		s.boundPVC(t, "vac-bad", "1Gi", silver)
 		s.waitPVC(t, "vac-bad", time.Minute, "current class silver", func(p *corev1.PersistentVolumeClaim) bool {
-			return ptrVal(p.Status.CurrentVolumeAttributesClassName) == silver
+			return scenDeref(p.Status.CurrentVolumeAttributesClassName) == silver
 		})
 		s.setClass(t, "vac-bad", bad)
 		p := s.waitPVC(t, "vac-bad", time.Minute, "modify Infeasible", func(p *corev1.PersistentVolumeClaim) bool {
 			return p.Status.ModifyVolumeStatus != nil && p.Status.ModifyVolumeStatus.Status == corev1.PersistentVolumeClaimModifyVolumeInfeasible
 		})
-		if p.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName != bad || ptrVal(p.Status.CurrentVolumeAttributesClassName) != silver {
+		if p.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName != bad || scenDeref(p.Status.CurrentVolumeAttributesClassName) != silver {
 			t.Errorf("infeasible modify: target %q, current %q; want %q and %q", p.Status.ModifyVolumeStatus.TargetVolumeAttributesClassName,
-				ptrVal(p.Status.CurrentVolumeAttributesClassName), bad, silver)
+				scenDeref(p.Status.CurrentVolumeAttributesClassName), bad, silver)
 		}
 		s.expectEvents(t, "vac-bad", "VolumeModifyFailed")
 		s.setClass(t, "vac-bad", silver)
 		p = s.waitPVC(t, "vac-bad", time.Minute, "rollback: no modifyVolumeStatus", func(p *corev1.PersistentVolumeClaim) bool {
 			return p.Status.ModifyVolumeStatus == nil
 		})
-		if ptrVal(p.Status.CurrentVolumeAttributesClassName) != silver {
-			t.Errorf("after the rollback the current class is %q, want %q", ptrVal(p.Status.CurrentVolumeAttributesClassName), silver)
+		if scenDeref(p.Status.CurrentVolumeAttributesClassName) != silver {
+			t.Errorf("after the rollback the current class is %q, want %q", scenDeref(p.Status.CurrentVolumeAttributesClassName), silver)
 		}
 		s.expectEvents(t, "vac-bad", "VolumeModifyCancelled")
 	})
@@ -300,7 +300,7 @@ func useOurResizer(t *testing.T, c *Cluster) {
 		if err != nil {
 			return false, nil
 		}
-		holder = ptrVal(l.Spec.HolderIdentity)
+		holder = scenDeref(l.Spec.HolderIdentity)
 		return strings.HasPrefix(holder, "csi-hostpathplugin-0"), nil
 	})
 	if err != nil {
@@ -573,13 +573,13 @@ func (s *scenarioEnv) vac(t *testing.T, name string, params map[string]string) s
 func (s *scenarioEnv) waitClass(t *testing.T, name, pv, class string) {
 	t.Helper()
 	s.waitPVC(t, name, time.Minute, "current class "+class+", no modifyVolumeStatus", func(p *corev1.PersistentVolumeClaim) bool {
-		return ptrVal(p.Status.CurrentVolumeAttributesClassName) == class && p.Status.ModifyVolumeStatus == nil
+		return scenDeref(p.Status.CurrentVolumeAttributesClassName) == class && p.Status.ModifyVolumeStatus == nil
 	})
 	v, err := s.c.Client.CoreV1().PersistentVolumes().Get(s.ctx, pv, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ptrVal(v.Spec.VolumeAttributesClassName); got != class {
+	if got := scenDeref(v.Spec.VolumeAttributesClassName); got != class {
 		t.Errorf("PV %s names class %q, want %q", pv, got, class)
 	}
 }
@@ -599,7 +599,7 @@ func (s *scenarioEnv) waitPVC(t *testing.T, name string, timeout time.Duration, 
 	})
 	if err != nil {
 		logs, _ := s.c.Kubectl(t, "logs", "csi-hostpathplugin-0", "-c", "csi-resizer", "--tail=20")
-		t.Fatalf("PVC %s: not %s within %s: %s\nevents:\n%s\nour resizer's log:\n%s", name, desc, timeout, describeStatus(last), s.events(t, name), logs)
+		t.Fatalf("PVC %s: not %s within %s: %s\nevents:\n%s\nour resizer's log:\n%s", name, desc, timeout, pvcStatusString(last), s.events(t, name), logs)
 	}
 	t.Logf("PVC %s: %s after %s", name, desc, time.Since(start).Round(100*time.Millisecond))
 	return last
@@ -644,15 +644,15 @@ func (s *scenarioEnv) expectEvents(t *testing.T, name string, reasons ...string)
 // allocatedResources the new size, no resize state and no resize condition.
 func (s *scenarioEnv) expectDone(t *testing.T, p *corev1.PersistentVolumeClaim, size string) {
 	t.Helper()
-	t.Logf("PVC %s at the end: %s", p.Name, describeStatus(p))
-	if !isQuantity(p.Status.Capacity, size) || !isQuantity(p.Status.AllocatedResources, size) {
-		t.Errorf("PVC %s: capacity %s, allocatedResources %s; want both %s", p.Name, qty(p.Status.Capacity), qty(p.Status.AllocatedResources), size)
+	t.Logf("PVC %s at the end: %s", p.Name, pvcStatusString(p))
+	if !storageIs(p.Status.Capacity, size) || !storageIs(p.Status.AllocatedResources, size) {
+		t.Errorf("PVC %s: capacity %s, allocatedResources %s; want both %s", p.Name, storageOf(p.Status.Capacity), storageOf(p.Status.AllocatedResources), size)
 	}
 	if len(p.Status.AllocatedResourceStatuses) != 0 {
 		t.Errorf("PVC %s: allocatedResourceStatuses %v left", p.Name, p.Status.AllocatedResourceStatuses)
 	}
 	if len(p.Status.Conditions) != 0 {
-		t.Errorf("PVC %s: conditions %v left", p.Name, conditionTypes(p))
+		t.Errorf("PVC %s: conditions %v left", p.Name, pvcConditionTypes(p))
 	}
 }
 
@@ -662,8 +662,8 @@ func (s *scenarioEnv) expectPV(t *testing.T, pv, size string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !isQuantity(v.Spec.Capacity, size) {
-		t.Errorf("PV %s: capacity %s, want %s", pv, qty(v.Spec.Capacity), size)
+	if !storageIs(v.Spec.Capacity, size) {
+		t.Errorf("PV %s: capacity %s, want %s", pv, storageOf(v.Spec.Capacity), size)
 	}
 }
 
@@ -708,15 +708,15 @@ func (s *scenarioEnv) driverCalled(t *testing.T, method, handle, want string, ti
 	return found
 }
 
-// pvcWatch records every status a PVC goes through, and which field managers wrote it.
-type pvcWatch struct {
+// scenarioWatch records every status a PVC goes through, and which field managers wrote it.
+type scenarioWatch struct {
 	stopCh chan struct{}
 	done   chan struct{}
 	mu     sync.Mutex
-	steps  []statusStep
+	steps  []scenarioStep
 }
 
-type statusStep struct {
+type scenarioStep struct {
 	// stateOwners and capacityOwners own the storage entries of allocatedResourceStatuses and
 	// capacity.
 	stateOwners, capacityOwners []string
@@ -727,11 +727,11 @@ type statusStep struct {
 	writers                     []string
 }
 
-func (st statusStep) hasCond(c corev1.PersistentVolumeClaimConditionType) bool {
-	return contains(st.conds, string(c))
+func (st scenarioStep) hasCond(c corev1.PersistentVolumeClaimConditionType) bool {
+	return scenContains(st.conds, string(c))
 }
 
-func (st statusStep) String() string {
+func (st scenarioStep) String() string {
 	state := string(st.state)
 	if state == "" {
 		state = "-"
@@ -741,14 +741,14 @@ func (st statusStep) String() string {
 }
 
 // watchPVC starts recording the PVC's statuses; stop ends the watch and returns them.
-func (s *scenarioEnv) watchPVC(t *testing.T, name string) *pvcWatch {
+func (s *scenarioEnv) watchPVC(t *testing.T, name string) *scenarioWatch {
 	t.Helper()
 	w, err := s.c.Client.CoreV1().PersistentVolumeClaims(s.ns).Watch(s.ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pw := &pvcWatch{stopCh: make(chan struct{}), done: make(chan struct{})}
+	pw := &scenarioWatch{stopCh: make(chan struct{}), done: make(chan struct{})}
 	begin := time.Now()
 	go func() {
 		defer close(pw.done)
@@ -766,9 +766,9 @@ func (s *scenarioEnv) watchPVC(t *testing.T, name string) *pvcWatch {
 				if !isPVC || ev.Type == watch.Deleted {
 					continue
 				}
-				st := statusStep{at: time.Since(begin), capacity: qty(p.Status.Capacity), allocated: qty(p.Status.AllocatedResources),
-					state: resizeState(p), conds: conditionTypes(p), writers: writers(prev, p),
-					stateOwners: owners(p, "allocatedResourceStatuses"), capacityOwners: owners(p, "capacity")}
+				st := scenarioStep{at: time.Since(begin), capacity: storageOf(p.Status.Capacity), allocated: storageOf(p.Status.AllocatedResources),
+					state: pvcResizeState(p), conds: pvcConditionTypes(p), writers: statusWriters(prev, p),
+					stateOwners: storageOwners(p, "allocatedResourceStatuses"), capacityOwners: storageOwners(p, "capacity")}
 				prev = p
 				pw.mu.Lock()
 				pw.steps = append(pw.steps, st)
@@ -780,7 +780,7 @@ func (s *scenarioEnv) watchPVC(t *testing.T, name string) *pvcWatch {
 	return pw
 }
 
-func (pw *pvcWatch) stop() []statusStep {
+func (pw *scenarioWatch) stop() []scenarioStep {
 	select {
 	case <-pw.stopCh:
 	default:
@@ -789,13 +789,13 @@ func (pw *pvcWatch) stop() []statusStep {
 	<-pw.done
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
-	return append([]statusStep(nil), pw.steps...)
+	return append([]scenarioStep(nil), pw.steps...)
 }
 
-// writers names the field managers that wrote the status between two versions of a PVC: those
+// statusWriters names the field managers that wrote the status between two versions of a PVC: those
 // whose entry got a new time. The time has a resolution of one second, so a second write of
-// the same manager within it shows no one; only a hint for the log, owners is the proof.
-func writers(prev, cur *corev1.PersistentVolumeClaim) []string {
+// the same manager within it shows no one; only a hint for the log, storageOwners is the proof.
+func statusWriters(prev, cur *corev1.PersistentVolumeClaim) []string {
 	if prev == nil {
 		return []string{"(first seen)"}
 	}
@@ -813,10 +813,10 @@ func writers(prev, cur *corev1.PersistentVolumeClaim) []string {
 	return out
 }
 
-// owners names the field managers owning the storage entry of a map in a PVC's status
+// storageOwners names the field managers owning the storage entry of a map in a PVC's status
 // (f:status.f:<field>.f:storage; the map itself, ".", may stay its creator's): with Update
 // operations, the last to change its value.
-func owners(p *corev1.PersistentVolumeClaim, field string) []string {
+func storageOwners(p *corev1.PersistentVolumeClaim, field string) []string {
 	var out []string
 	for _, m := range p.ManagedFields {
 		if m.FieldsV1 == nil {
@@ -834,11 +834,11 @@ func owners(p *corev1.PersistentVolumeClaim, field string) []string {
 	return out
 }
 
-func resizeState(p *corev1.PersistentVolumeClaim) corev1.ClaimResourceStatus {
+func pvcResizeState(p *corev1.PersistentVolumeClaim) corev1.ClaimResourceStatus {
 	return p.Status.AllocatedResourceStatuses[corev1.ResourceStorage]
 }
 
-func condition(p *corev1.PersistentVolumeClaim, typ corev1.PersistentVolumeClaimConditionType) *corev1.PersistentVolumeClaimCondition {
+func pvcCondition(p *corev1.PersistentVolumeClaim, typ corev1.PersistentVolumeClaimConditionType) *corev1.PersistentVolumeClaimCondition {
 	for i := range p.Status.Conditions {
 		if p.Status.Conditions[i].Type == typ {
 			return &p.Status.Conditions[i]
@@ -847,11 +847,11 @@ func condition(p *corev1.PersistentVolumeClaim, typ corev1.PersistentVolumeClaim
 	return nil
 }
 
-func hasCondition(p *corev1.PersistentVolumeClaim, typ corev1.PersistentVolumeClaimConditionType) bool {
-	return condition(p, typ) != nil
+func pvcHasCondition(p *corev1.PersistentVolumeClaim, typ corev1.PersistentVolumeClaimConditionType) bool {
+	return pvcCondition(p, typ) != nil
 }
 
-func conditionTypes(p *corev1.PersistentVolumeClaim) []string {
+func pvcConditionTypes(p *corev1.PersistentVolumeClaim) []string {
 	var out []string
 	for _, c := range p.Status.Conditions {
 		out = append(out, string(c.Type))
@@ -859,16 +859,16 @@ func conditionTypes(p *corev1.PersistentVolumeClaim) []string {
 	return out
 }
 
-func describeStatus(p *corev1.PersistentVolumeClaim) string {
+func pvcStatusString(p *corev1.PersistentVolumeClaim) string {
 	if p == nil {
 		return "(never read)"
 	}
 	return fmt.Sprintf("phase %s, capacity %s, allocatedResources %s, allocatedResourceStatuses %v, conditions %v, currentVolumeAttributesClassName %q, modifyVolumeStatus %+v",
-		p.Status.Phase, qty(p.Status.Capacity), qty(p.Status.AllocatedResources), p.Status.AllocatedResourceStatuses,
-		conditionTypes(p), ptrVal(p.Status.CurrentVolumeAttributesClassName), p.Status.ModifyVolumeStatus)
+		p.Status.Phase, storageOf(p.Status.Capacity), storageOf(p.Status.AllocatedResources), p.Status.AllocatedResourceStatuses,
+		pvcConditionTypes(p), scenDeref(p.Status.CurrentVolumeAttributesClassName), p.Status.ModifyVolumeStatus)
 }
 
-func qty(l corev1.ResourceList) string {
+func storageOf(l corev1.ResourceList) string {
 	q, ok := l[corev1.ResourceStorage]
 	if !ok {
 		return "-"
@@ -876,12 +876,12 @@ func qty(l corev1.ResourceList) string {
 	return q.String()
 }
 
-func isQuantity(l corev1.ResourceList, want string) bool {
+func storageIs(l corev1.ResourceList, want string) bool {
 	q, ok := l[corev1.ResourceStorage]
 	return ok && q.Cmp(resource.MustParse(want)) == 0
 }
 
-func contains(l []string, s string) bool {
+func scenContains(l []string, s string) bool {
 	for _, x := range l {
 		if x == s {
 			return true
@@ -890,7 +890,7 @@ func contains(l []string, s string) bool {
 	return false
 }
 
-func ptrVal[T any](p *T) T {
+func scenDeref[T any](p *T) T {
 	var zero T
 	if p == nil {
 		return zero
