@@ -36,5 +36,11 @@ for a in hostpathplugin external-resizer csi-driver-host-path-deploy; do
 done
 
 cd "$root"
+# Debian's prometheus scrapes the resizer's pods in TestOperations.
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "test-cluster: installing Debian's prometheus" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >&2 ||
+    { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >&2; }
+fi
 bash hack/build-k8s-bins.sh >/dev/null
 exec go test -tags cluster -count=1 -timeout "${CLUSTER_TEST_TIMEOUT:-40m}" -v -run "${RUN:-.}" ./test/cluster/
