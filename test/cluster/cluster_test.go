@@ -107,16 +107,7 @@ func TestHostpathExpansion(t *testing.T) {
 	ctx := context.Background()
 	deployHostpathOnce(t, c)
 
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "grow"},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptrTo("csi-hostpath-sc"),
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			},
-		},
-	}
+	pvc := hostpathPVC("", "grow", "1Gi")
 	if _, err := c.Client.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -177,3 +168,17 @@ func busyboxPod(name, script string) *corev1.Pod {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// hostpathPVC is a ReadWriteOnce claim of size in csi-driver-host-path's StorageClass.
+func hostpathPVC(ns, name, size string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptrTo("csi-hostpath-sc"),
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
+			},
+		},
+	}
+}

@@ -172,19 +172,6 @@ func opsWithoutUpstreamResizer(t *testing.T, c *Cluster) {
 	t.Logf("csi-hostpathplugin runs without its csi-resizer container (rollout %s)", time.Since(begin).Round(time.Second))
 }
 
-func opsPVC(ns, name, size string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptrTo("csi-hostpath-sc"),
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
-			},
-		},
-	}
-}
-
 // opsCreateBound creates the PVCs and waits until all are bound.
 func opsCreateBound(t *testing.T, c *Cluster, pvcs ...*corev1.PersistentVolumeClaim) {
 	t.Helper()

@@ -169,7 +169,7 @@ func opsPrometheusRecovery(t *testing.T, c *Cluster) {
 	}
 	t.Logf("prometheus up in %s; targets up: %d", time.Since(begin).Round(time.Second), len(up))
 
-	pvc := opsPVC(opsNS, "recover", "1Gi")
+	pvc := hostpathPVC(opsNS, "recover", "1Gi")
 	opsCreateBound(t, c, pvc)
 	pod := busyboxPod("recover", "sleep 3600")
 	pod.Namespace = opsNS
@@ -266,9 +266,9 @@ func opsLeaderElection(t *testing.T, c *Cluster) {
 	const failover = 16
 	for i := 0; i < failover; i++ {
 		names = append(names, fmt.Sprintf("failover-%d", i))
-		pvcs = append(pvcs, opsPVC(opsNS, names[i], "1Gi"))
+		pvcs = append(pvcs, hostpathPVC(opsNS, names[i], "1Gi"))
 	}
-	pvcs = append(pvcs, opsPVC(opsNS, "after", "1Gi"))
+	pvcs = append(pvcs, hostpathPVC(opsNS, "after", "1Gi"))
 	t.Cleanup(func() {
 		for _, p := range pvcs {
 			_ = c.Client.CoreV1().PersistentVolumeClaims(opsNS).Delete(ctx, p.Name, metav1.DeleteOptions{})
@@ -418,7 +418,7 @@ func opsNodeDeployment(t *testing.T, c *Cluster) {
 	instance := pods[0]
 	t.Logf("DaemonSet instance %s running (%s)", instance, time.Since(begin).Round(time.Second))
 
-	local := opsPVC(opsNodeNS, "local", "1Gi")
+	local := hostpathPVC(opsNodeNS, "local", "1Gi")
 	// A PV of the driver that no node pins: provisioned by hand, with a handle the driver does
 	// not know (it must never be called for it).
 	pv := &corev1.PersistentVolume{
@@ -437,7 +437,7 @@ func opsNodeDeployment(t *testing.T, c *Cluster) {
 	if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	unpinned := opsPVC(opsNodeNS, "no-affinity", "1Gi")
+	unpinned := hostpathPVC(opsNodeNS, "no-affinity", "1Gi")
 	unpinned.Spec.VolumeName = pv.Name
 	t.Cleanup(func() {
 		for _, n := range []string{local.Name, unpinned.Name} {

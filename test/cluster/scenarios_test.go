@@ -488,16 +488,7 @@ type scenarioEnv struct {
 // waits until it is bound and returns its PV's name.
 func (s *scenarioEnv) boundPVC(t *testing.T, name, size, class string) string {
 	t.Helper()
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: ptrTo("csi-hostpath-sc"),
-			Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
-			},
-		},
-	}
+	pvc := hostpathPVC("", name, size)
 	if class != "" {
 		pvc.Spec.VolumeAttributesClassName = ptrTo(class)
 	}
