@@ -2,10 +2,11 @@
 // Markdown table of docs/k8s-e2e.md: one row per test, one column per run, and a note for each
 // test that did not pass in every run.
 //
-//	junit-table -match REGEXP [-match ...] -notes FILE ours=DIR/junit_01.xml upstream=DIR/junit_01.xml
+//	junit-table -match REGEXP [-match ...] [-exclude REGEXP] -notes FILE ours=A.xml,B.xml upstream=C.xml,D.xml
 //
-// Only tests whose name matches one of the -match expressions are listed (e2e.test's report
-// also lists, as skipped, every spec the run's focus left out). The notes file has one
+// Only tests whose name matches one of the -match expressions and not -exclude are listed
+// (e2e.test's report also lists, as skipped, every spec the run's focus left out). A run may
+// have several reports, of e2e.test processes that ran side by side. The notes file has one
 // "REGEXP<TAB>reason" a line: the reason a test fails or is skipped in this environment,
 // written next to every test it matches that did not pass everywhere. A test failing in the
 // first run only is marked as such: that is a bug of the first image.
@@ -186,20 +187,28 @@ func readNotes(file string) ([]note, error) {
 	return notes, s.Err()
 }
 
-func readRun(name, file string, matches, excl []*regexp.Regexp) (run, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return run{}, fmt.Errorf("run %s: %w", name, err)
-	}
-	var rep report
-	if err := xml.Unmarshal(data, &rep); err != nil {
-		return run{}, fmt.Errorf("run %s: %s: %w", name, file, err)
-	}
+// readRun reads one run's reports (files separated by commas: e2e.test processes that ran side
+// by side). A test a second report also lists, skipped by its focus, does not hide a result.
+func readRun(name, files string, matches, excl []*regexp.Regexp) (run, error) {
 	r := run{name: name, cases: map[string]testCase{}}
-	for _, s := range rep.Suites {
-		for _, c := range s.Cases {
-			c.Name = strings.TrimPrefix(c.Name, "[It] ")
-			if listed(c.Name, matches) && !excluded(c.Name, excl) {
+	for _, file := range strings.Split(files, ",") {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return run{}, fmt.Errorf("run %s: %w", name, err)
+		}
+		var rep report
+		if err := xml.Unmarshal(data, &rep); err != nil {
+			return run{}, fmt.Errorf("run %s: %s: %w", name, file, err)
+		}
+		for _, s := range rep.Suites {
+			for _, c := range s.Cases {
+				c.Name = strings.TrimPrefix(c.Name, "[It] ")
+				if !listed(c.Name, matches) || excluded(c.Name, excl) {
+					continue
+				}
+				if old, ok := r.cases[c.Name]; ok && old.Status != "skipped" {
+					continue
+				}
 				r.cases[c.Name] = c
 			}
 		}

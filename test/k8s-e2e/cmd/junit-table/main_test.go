@@ -80,6 +80,29 @@ func TestTableAndCheck(t *testing.T) {
 	}
 }
 
+// Two reports of one run (two e2e.test processes side by side): each lists the other's specs as
+// skipped by its focus, which must not hide the result; -exclude drops a test.
+func TestSeveralReportsAndExclude(t *testing.T) {
+	dir := t.TempDir()
+	a := write(t, dir, "a.xml", `<testsuites><testsuite>
+    <testcase name="[It] [sig-storage] A should pass" status="passed" time="3"></testcase>
+    <testcase name="[It] [sig-storage] B other" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-storage] W [Feature:Windows]" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+</testsuite></testsuites>`)
+	b := write(t, dir, "b.xml", `<testsuites><testsuite>
+    <testcase name="[It] [sig-storage] A should pass" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-storage] B other" status="passed" time="4"></testcase>
+</testsuite></testsuites>`)
+	var out strings.Builder
+	if err := generate([]string{"sig-storage", `!\[Feature:Windows\]`}, "", true, []string{"ours=" + a + "," + b}, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := "| test | ours | note |\n|---|---|---|\n| [sig-storage] A should pass | pass (3 s) |  |\n| [sig-storage] B other | pass (4 s) |  |\n"
+	if out.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	dir := t.TempDir()
 	bad := write(t, dir, "notes.tsv", "no tab here\n")
