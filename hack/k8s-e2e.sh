@@ -232,6 +232,7 @@ run_e2e() {
 $ci && echo ci >"$OUT/mode" || echo full >"$OUT/mode"
 printf '%s\n' "$resizers" >"$OUT/resizers"
 printf '%s\n' "${focus[@]}" >"$OUT/focus"
+echo "$(cd "$root" && git rev-parse --short HEAD) $version" >"$OUT/commit"
 for r in $resizers; do
   log "k8s-e2e: run '$r'"
   [[ $r != product ]] || alias_image "$PRODUCT_IMAGE" "$(run_image product)"
@@ -269,7 +270,6 @@ for r in $resizers; do
   wait "$hostpath_pid" || rc=$?
   echo "$(($(date +%s) - start))" >"$OUT/$r/seconds"
   echo "$rc" >"$OUT/$r/rc"
-  echo "$(cd "$root" && git rev-parse --short HEAD) $version" >"$OUT/$r/commit"
   log "k8s-e2e: run '$r': e2e.test exit $rc in $(cat "$OUT/$r/seconds")s; logs $OUT/$r/{mock,hostpath}/e2e.log"
 done
 
@@ -308,10 +308,9 @@ if $table_only || ! $ci; then
   {
     awk -v m="$marker" '{ print } $0 == m { exit }' "$DOC"
     echo
-    first=$(awk '{ print $1 }' <<<"$resizers")
-    read -r commit run_version 2>/dev/null <"$OUT/$first/commit" ||
+    read -r commit run_version 2>/dev/null <"$OUT/commit" ||
       { commit=$(cd "$root" && git rev-parse --short HEAD); run_version=$version; }
-    echo "Run of $(date -u -r "$OUT/$first/rc" '+%Y-%m-%d %H:%M UTC') on commit $commit ($run_version), e2e.test $("$e2e_bin/e2e.test" -version 2>/dev/null | head -1)."
+    echo "Run started $(date -u -r "$OUT/mode" '+%Y-%m-%d %H:%M UTC') on commit $commit ($run_version), e2e.test $("$e2e_bin/e2e.test" -version 2>/dev/null | head -1)."
     if [[ $mode == ci ]]; then
       echo
       # shellcheck disable=SC2016 # the backquotes are Markdown
@@ -326,7 +325,8 @@ if $table_only || ! $ci; then
       upstream) what="upstream external-resizer (the anchor $(basename "$UPSTREAM_RESIZER")), packaged the same way" ;;
       product) what="the product image csi-resizer:$run_version as built (USER 65532)" ;;
       esac
-      echo "| $r | $what | $(cat "$OUT/$r/rc") | $(( $(cat "$OUT/$r/seconds") / 60 )) min |"
+      s=$(cat "$OUT/$r/seconds")
+      echo "| $r | $what | $(cat "$OUT/$r/rc") | $((s / 60)) min $((s % 60)) s |"
     done
     echo
     echo "$table"
