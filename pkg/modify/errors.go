@@ -35,8 +35,11 @@ func ClassifyError(err error) expand.ClassifiedError {
 // resizer leaves it empty) counts as transient: keeping the recorded target is always safe,
 // following the spec is not.
 func ClassifyReason(reason string) expand.ErrorClass {
-	if reason == ReasonClassDeleted {
+	switch reason {
+	case ReasonClassDeleted:
 		return expand.ClassFinal
+	case ReasonClassOfAnotherDriver:
+		return expand.ClassInfeasible
 	}
 	for c := codes.OK; c <= codes.Unauthenticated; c++ {
 		if c.String() == reason {

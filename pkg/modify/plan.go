@@ -67,8 +67,8 @@ type Action int
 const (
 	// Nothing: the PVC has the class it asks for, or must wait for something outside.
 	Nothing Action = iota
-	// MarkPending: the class asked for does not exist (yet) or belongs to another driver;
-	// record Pending with the target and tell the user, no call.
+	// MarkPending: the class asked for does not exist (yet); record Pending with the target
+	// and tell the user, no call.
 	MarkPending
 	// Modify: record InProgress, call ControllerModifyVolume for Target, record the answer.
 	Modify
@@ -80,16 +80,21 @@ const (
 	// with an unknown outcome (ClassGoneStatus), a final answer, so that the spec is followed
 	// again (docs/design.md §2.11 rule 20). No call: there are no parameters to call with.
 	GiveUp
+	// MarkInfeasible: the class asked for is another driver's (its driverName); record
+	// Infeasible with the target and ModifyVolumeError, and tell the user, no call: its
+	// parameters are not this driver's to interpret (docs/design.md §2.11 rule 13).
+	MarkInfeasible
 )
 
 func (a Action) String() string {
-	return [...]string{"Nothing", "MarkPending", "Modify", "Cancel", "GiveUp"}[a]
+	return [...]string{"Nothing", "MarkPending", "Modify", "Cancel", "GiveUp", "MarkInfeasible"}[a]
 }
 
 // Plan is the decision.
 type Plan struct {
 	Action Action
-	// Target is the class to modify to (Modify) or that is missing (MarkPending).
+	// Target is the class to modify to (Modify), that is missing (MarkPending) or that is
+	// another driver's (MarkInfeasible).
 	Target string
 	// Class is Target's VolumeAttributesClass (Modify only): its parameters are the call's.
 	Class *storagev1.VolumeAttributesClass
@@ -131,14 +136,15 @@ func Decide(o Observed, classes ClassLookup, driver string) Plan {
 	return toClass(o.Spec, classes, driver, "the spec asks for this class")
 }
 
-// toClass plans a modification to name, or Pending when the class cannot be used (rule 13).
+// toClass plans a modification to name, Pending when the class does not exist, Infeasible when
+// it is another driver's (rule 13).
 func toClass(name string, classes ClassLookup, driver, why string) Plan {
 	c := classes(name)
 	switch {
 	case c == nil:
 		return Plan{Action: MarkPending, Target: name, Why: "VolumeAttributesClass " + name + " does not exist"}
 	case c.DriverName != driver:
-		return Plan{Action: MarkPending, Target: name, Why: "VolumeAttributesClass " + name + " is for driver " + c.DriverName + ", not " + driver}
+		return Plan{Action: MarkInfeasible, Target: name, Why: "VolumeAttributesClass " + name + " is for driver " + c.DriverName + ", not " + driver}
 	}
 	return Plan{Action: Modify, Target: name, Class: c, Why: why}
 }

@@ -12,13 +12,16 @@ import (
 )
 
 // Condition reasons of ModifyingVolume (ModifyVolumeError's reason is the gRPC code name, or
-// ReasonClassDeleted).
+// ReasonClassDeleted, or ReasonClassOfAnotherDriver).
 const (
 	ReasonModifyInProgress = "ModifyInProgress"
 	ReasonModifyInfeasible = "ModifyInfeasible"
 	// ReasonClassDeleted is ModifyVolumeError's reason when the resizer gave up a modification
 	// whose class was deleted (rule 20): a final answer, read back as such (ClassifyReason).
 	ReasonClassDeleted = "VolumeAttributesClassDeleted"
+	// ReasonClassOfAnotherDriver is the ModifyVolumeError reason of a class whose driverName
+	// is not the PVC's driver (rule 13): infeasible, and no call was made.
+	ReasonClassOfAnotherDriver = "VolumeAttributesClassOfAnotherDriver"
 )
 
 // Each function below returns the PVC status the controller writes at one step, computed from
@@ -105,6 +108,12 @@ func FailedStatus(st v1.PersistentVolumeClaimStatus, target string, ce expand.Cl
 	}
 	st.Conditions = conditions.Set(st.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError, ce.Reason, ce.Message, now, true)
 	return st
+}
+
+// OtherDriverStatus records that target is another driver's class (rule 13): Infeasible, as a
+// refusal of the driver would be, with why in ModifyVolumeError; no call was made.
+func OtherDriverStatus(st v1.PersistentVolumeClaimStatus, target, why string, now metav1.Time) v1.PersistentVolumeClaimStatus {
+	return FailedStatus(st, target, expand.ClassifiedError{Class: expand.ClassInfeasible, Reason: ReasonClassOfAnotherDriver, Message: why}, now)
 }
 
 // CancelledStatus ends a Pending or Infeasible modification the user rolled back (rule 17).

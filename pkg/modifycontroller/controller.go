@@ -180,6 +180,8 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return c.giveUp(ctx, key, pvc, plan)
 	case modify.MarkPending:
 		return 0, c.markPending(ctx, key, pvc, o, plan)
+	case modify.MarkInfeasible:
+		return 0, c.markOtherDriver(ctx, key, pvc, o, plan)
 	case modify.Cancel:
 		return 0, c.cancel(ctx, key, pvc, o)
 	case modify.Modify:

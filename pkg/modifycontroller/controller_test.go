@@ -301,14 +301,31 @@ func TestPendingUntilClassExists(t *testing.T) {
 	}
 }
 
-// TestForeignClassIsPending (rule 13): a class of another driver is never sent to this one.
-func TestForeignClassIsPending(t *testing.T) {
+// TestForeignClassIsInfeasible (rule 13): a class of another driver is never sent to this one;
+// the PVC is Infeasible with a ModifyVolumeError saying why (what Kubernetes' e2e suite waits
+// for), once, and setting the class back cancels it.
+func TestForeignClassIsInfeasible(t *testing.T) {
 	pvc, pv := claim("data", "silver")
 	f := newFixture(t, false, pvc, pv, vac("silver", driverName), vac("ebs-io2", "ebs.csi.aws.com"))
 	f.setClass("data", "ebs-io2")
 	f.sync("data")
-	if got := modifyStatus(f.pvc("data")); got != "Pending/ebs-io2" || len(f.driver.calls) != 0 {
-		t.Errorf("status %q, %d calls; want Pending and no call", got, len(f.driver.calls))
+	got := f.pvc("data")
+	if s := modifyStatus(got); s != "Infeasible/ebs-io2" || len(f.driver.calls) != 0 {
+		t.Errorf("status %q, %d calls; want Infeasible and no call", s, len(f.driver.calls))
+	}
+	c := conditions.Find(got.Status.Conditions, v1.PersistentVolumeClaimVolumeModifyVolumeError)
+	if c == nil || c.Reason != modify.ReasonClassOfAnotherDriver || !strings.Contains(c.Message, "ebs.csi.aws.com") {
+		t.Errorf("ModifyVolumeError %+v, want reason %s naming the class's driver", c, modify.ReasonClassOfAnotherDriver)
+	}
+	rv := got.ResourceVersion
+	f.sync("data")
+	if again := f.pvc("data"); again.ResourceVersion != rv {
+		t.Errorf("a second sync wrote the PVC again (resourceVersion %s -> %s)", rv, again.ResourceVersion)
+	}
+	f.setClass("data", "silver")
+	f.sync("data")
+	if s := modifyStatus(f.pvc("data")); s != "" || len(f.driver.calls) != 0 {
+		t.Errorf("after the rollback: status %q, %d calls; want none and no call", s, len(f.driver.calls))
 	}
 }
 

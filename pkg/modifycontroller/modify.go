@@ -124,6 +124,22 @@ func (c *Controller) markPending(ctx context.Context, key string, pvc *v1.Persis
 	return nil
 }
 
+// markOtherDriver records, once, that the class asked for is another driver's (rule 13): no
+// call, Infeasible, and a Warning event that says how to get out.
+func (c *Controller) markOtherDriver(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, o modify.Observed, plan modify.Plan) error {
+	if o.Status == v1.PersistentVolumeClaimModifyVolumeInfeasible && o.Target == plan.Target {
+		return nil
+	}
+	c.obs.Begin(key, pvc)
+	if _, err := c.writeStatus(ctx, key, pvc, modify.OtherDriverStatus(pvc.Status, plan.Target, plan.Why, c.now())); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Modification infeasible", "class", plan.Target, "why", plan.Why)
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventModifyFailed, "%s; it is not sent to the driver (Infeasible): set a class of driver %s, or set the class back to roll back",
+		plan.Why, c.cfg.Driver.Name)
+	return nil
+}
+
 // cancel ends a Pending or Infeasible modification the user rolled back (rule 17): no call.
 func (c *Controller) cancel(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, o modify.Observed) error {
 	if _, err := c.writeStatus(ctx, key, pvc, modify.CancelledStatus(pvc.Status)); err != nil {
