@@ -167,14 +167,15 @@ cluster-deploy-hostpath: ## deploy csi-driver-host-path on the running cluster w
 # Kubernetes' own storage e2e tests (docs/k8s-e2e.md) on a one-node cluster of their own, with our
 # csi-resizer and upstream's. Root.
 .PHONY: test-k8s-e2e test-k8s-e2e-ci
+K8S_E2E_RESIZERS ?= ours
 test-k8s-e2e: ## Kubernetes' own storage e2e tests (CSI Mock volume expansion, volume-expand, volume-modify of e2e.test v1.36.3) with our csi-resizer and upstream's; rewrites docs/k8s-e2e.md's table
 	bash hack/k8s-e2e.sh
 
-test-k8s-e2e-ci: ## the subset of test-k8s-e2e CI runs (Expansion with recovery, volume-expand), both images, docs untouched
-	bash hack/k8s-e2e.sh --ci
+test-k8s-e2e-ci: ## the subset of test-k8s-e2e CI runs (Expansion with recovery, volume-expand), with K8S_E2E_RESIZERS (default: ours, as make check runs it; "ours upstream" for both), docs untouched
+	K8S_E2E_RESIZERS='$(K8S_E2E_RESIZERS)' bash hack/k8s-e2e.sh --ci
 
 # helm-check before test: it builds helm, which test's deploy/helm tests need under CI=true.
-check: verify helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration test-cluster soak-ci bench-smoke ## everything CI runs
+check: verify helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration test-cluster test-k8s-e2e-ci soak-ci bench-smoke ## everything CI runs
 
 clean:
 	rm -rf $(BIN)

@@ -26,8 +26,10 @@
 #   K8S_E2E_REUSE=1       use that cluster if it is running, and leave it running
 #   K8S_E2E_RESIZERS      the runs, in order (default "ours upstream"; upstream is left out
 #                         when its binary is missing; the first is judged). "product" is a
-#                         third: the product image exactly as built (hack/cluster/build-images.sh,
-#                         USER 65532), for the literal drop-in (docs/k8s-e2e.md)
+#                         third: the product image exactly as built (hack/cluster/build-images.sh),
+#                         for the literal drop-in (docs/k8s-e2e.md)
+#   K8S_E2E_FOCUS_MOCK, K8S_E2E_FOCUS_DRIVER  run these -ginkgo.focus regexps instead of the
+#                         suites (mock driver, csi-driver-host-path; "-" or unset: none there)
 #   K8S_E2E_OUT           where the logs and JUnit reports go (default bin/k8s-e2e)
 #   K8S_E2E_DOC           the table's document (default docs/k8s-e2e.md; full runs only)
 #   UPSTREAM_RESIZER, HOSTPATH_PLUGIN, HOSTPATH_DEPLOY  as for hack/cluster/build-images.sh
@@ -49,6 +51,10 @@ case "${1:-}" in
 "") ;;
 *) echo "usage: $0 [--ci|--table]" >&2; exit 2 ;;
 esac
+if ! $table_only; then
+  # shellcheck source=cluster/require.sh
+  source "$root/hack/cluster/require.sh" "k8s-e2e"
+fi
 UPSTREAM_RESIZER=${UPSTREAM_RESIZER:-$root/../shared/anchors/external-resizer}
 OUT=${K8S_E2E_OUT:-$root/bin/k8s-e2e}
 DOC=${K8S_E2E_DOC:-$root/docs/k8s-e2e.md}
@@ -86,6 +92,12 @@ if $ci; then
 else
   focus_mock_group=("$focus_mock")
   focus_driver_group=("$focus_expand" "$focus_modify")
+fi
+# One spec or suite instead (a -ginkgo.focus regexp each; "-" runs none of that group).
+if [[ -n "${K8S_E2E_FOCUS_MOCK:-}${K8S_E2E_FOCUS_DRIVER:-}" ]]; then
+  focus_mock_group=() focus_driver_group=()
+  [[ "${K8S_E2E_FOCUS_MOCK:--}" == - ]] || focus_mock_group=("$K8S_E2E_FOCUS_MOCK")
+  [[ "${K8S_E2E_FOCUS_DRIVER:--}" == - ]] || focus_driver_group=("$K8S_E2E_FOCUS_DRIVER")
 fi
 focus=("${focus_mock_group[@]}" "${focus_driver_group[@]}")
 
@@ -261,13 +273,19 @@ for r in $resizers; do
 
   rm -rf "${OUT:?}/$r"
   start=$(date +%s)
-  run_e2e "$r" mock "${focus_mock_group[@]}" &
-  mock_pid=$!
-  run_e2e "$r" hostpath "${focus_driver_group[@]}" &
-  hostpath_pid=$!
+  pids=()
+  if ((${#focus_mock_group[@]})); then
+    run_e2e "$r" mock "${focus_mock_group[@]}" &
+    pids+=($!)
+  fi
+  if ((${#focus_driver_group[@]})); then
+    run_e2e "$r" hostpath "${focus_driver_group[@]}" &
+    pids+=($!)
+  fi
   rc=0
-  wait "$mock_pid" || rc=$?
-  wait "$hostpath_pid" || rc=$?
+  for pid in "${pids[@]}"; do
+    wait "$pid" || rc=$?
+  done
   echo "$(($(date +%s) - start))" >"$OUT/$r/seconds"
   echo "$rc" >"$OUT/$r/rc"
   log "k8s-e2e: run '$r': e2e.test exit $rc in $(cat "$OUT/$r/seconds")s; logs $OUT/$r/{mock,hostpath}/e2e.log"

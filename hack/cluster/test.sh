@@ -9,31 +9,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
-why=""
-if [[ $(id -u) -ne 0 ]]; then
-  why="needs root (network and mount namespaces, cgroups, containers)"
-elif ! unshare --net --mount true 2>/dev/null; then
-  why="cannot create network and mount namespaces here"
-elif [[ ! -d /sys/fs/cgroup ]]; then
-  why="no cgroup filesystem at /sys/fs/cgroup"
-fi
-if [[ -n "$why" ]]; then
-  if [[ "${CI:-}" == true ]]; then
-    echo "test-cluster: FAIL: the one-node cluster $why; CI must run it" >&2
-    exit 1
-  fi
-  echo "test-cluster: skipped: the one-node cluster $why"
-  exit 0
-fi
-
-anchors="$root/../shared/anchors"
-for a in hostpathplugin external-resizer csi-driver-host-path-deploy; do
-  if [[ ! -e "${anchors}/$a" ]]; then
-    [[ "${CI:-}" == true ]] && { echo "test-cluster: FAIL: $anchors/$a is missing; CI must run the cluster suite" >&2; exit 1; }
-    echo "test-cluster: skipped: no $anchors/$a (csi-driver-host-path and upstream's resizer, for the cluster's images)"
-    exit 0
-  fi
-done
+# shellcheck source=require.sh
+source "$root/hack/cluster/require.sh" test-cluster
 
 cd "$root"
 # Debian's prometheus scrapes the resizer's pods in TestOperations.
