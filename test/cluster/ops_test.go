@@ -35,7 +35,7 @@ patches:
 images:
 - name: registry.example/csi-resizer
   newName: csi-resizer
-  newTag: $IMAGE_TAG
+  newTag: "$IMAGE_TAG"
 `,
 	"deployment.yaml": `apiVersion: apps/v1
 kind: Deployment
@@ -84,7 +84,7 @@ resources:
 images:
 - name: registry.example/csi-resizer
   newName: csi-resizer
-  newTag: $IMAGE_TAG
+  newTag: "$IMAGE_TAG"
 patches:
 - target: {group: apps, version: v1, kind: DaemonSet, name: csi-hostpath-node-resizer}
   patch: |-

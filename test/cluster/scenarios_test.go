@@ -351,7 +351,7 @@ components:
 images:
 - name: registry.example/csi-resizer
   newName: %s
-  newTag: %s
+  newTag: %q
 patches:
 - patch: |-
     apiVersion: apps/v1
