@@ -673,11 +673,18 @@ func giveDirs(t testing.TB, cred *syscall.Credential, dirs ...string) {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			t.Fatal(err)
 		}
-		for d := dir; d != "/"; d = filepath.Dir(d) {
-			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o005 != 0o005 {
-				if err := os.Chmod(d, fi.Mode().Perm()|0o005); err != nil {
-					t.Fatal(err)
-				}
+		MakeReachable(t, dir)
+	}
+}
+
+// MakeReachable lets every user enter dir and its parents (adds o+rx where it is missing), for
+// a process run as another user (Process.Credential).
+func MakeReachable(t testing.TB, dir string) {
+	t.Helper()
+	for d := dir; d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o005 != 0o005 {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o005); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}

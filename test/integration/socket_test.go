@@ -94,13 +94,7 @@ func TestSocketPermissions(t *testing.T) {
 func readableByAll(t *testing.T, file string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for d := dir; d != "/"; d = filepath.Dir(d) {
-		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o005 != 0o005 {
-			if err := os.Chmod(d, fi.Mode().Perm()|0o005); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	framework.MakeReachable(t, dir)
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
