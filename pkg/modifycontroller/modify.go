@@ -111,32 +111,31 @@ func (c *Controller) giveUp(ctx context.Context, key string, pvc *v1.PersistentV
 // already Pending for the same class is left alone, and the class informer queues it when the
 // class appears.
 func (c *Controller) markPending(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, o modify.Observed, plan modify.Plan) error {
-	if o.Status == v1.PersistentVolumeClaimModifyVolumePending && o.Target == plan.Target {
-		return nil
-	}
-	c.obs.Begin(key, pvc)
-	if _, err := c.writeStatus(ctx, key, pvc, modify.PendingStatus(pvc.Status, plan.Target)); err != nil {
-		return err
-	}
-	klog.FromContext(ctx).V(2).Info("Modification pending", "class", plan.Target, "why", plan.Why)
-	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventModifyFailed, "%s; the modification waits (Pending) until it exists for driver %s, or set the class back to roll back",
-		plan.Why, c.cfg.Driver.Name)
-	return nil
+	return c.markUnusable(ctx, key, pvc, o, plan, v1.PersistentVolumeClaimModifyVolumePending,
+		modify.PendingStatus(pvc.Status, plan.Target), "the modification waits (Pending) until it exists for driver %s, or set the class back to roll back")
 }
 
 // markOtherDriver records, once, that the class asked for is another driver's (rule 13): no
 // call, Infeasible, and a Warning event that says how to get out.
 func (c *Controller) markOtherDriver(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, o modify.Observed, plan modify.Plan) error {
-	if o.Status == v1.PersistentVolumeClaimModifyVolumeInfeasible && o.Target == plan.Target {
+	return c.markUnusable(ctx, key, pvc, o, plan, v1.PersistentVolumeClaimModifyVolumeInfeasible,
+		modify.OtherDriverStatus(pvc.Status, plan.Target, plan.Why, c.now()), "it is not sent to the driver (Infeasible): set a class of driver %s, or set the class back to roll back")
+}
+
+// markUnusable writes st, which records plan.Target as state with no call, and a Warning event
+// of plan.Why and advice (a format of the driver's name), unless the PVC already records
+// plan.Target as state.
+func (c *Controller) markUnusable(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, o modify.Observed, plan modify.Plan,
+	state v1.PersistentVolumeClaimModifyVolumeStatus, st v1.PersistentVolumeClaimStatus, advice string) error {
+	if o.Status == state && o.Target == plan.Target {
 		return nil
 	}
 	c.obs.Begin(key, pvc)
-	if _, err := c.writeStatus(ctx, key, pvc, modify.OtherDriverStatus(pvc.Status, plan.Target, plan.Why, c.now())); err != nil {
+	if _, err := c.writeStatus(ctx, key, pvc, st); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(2).Info("Modification infeasible", "class", plan.Target, "why", plan.Why)
-	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventModifyFailed, "%s; it is not sent to the driver (Infeasible): set a class of driver %s, or set the class back to roll back",
-		plan.Why, c.cfg.Driver.Name)
+	klog.FromContext(ctx).V(2).Info("Modification not possible", "state", state, "class", plan.Target, "why", plan.Why)
+	c.cfg.Recorder.Eventf(pvc, v1.EventTypeWarning, EventModifyFailed, "%s; "+advice, plan.Why, c.cfg.Driver.Name)
 	return nil
 }
 
