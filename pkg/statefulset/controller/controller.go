@@ -105,7 +105,7 @@ type Controller struct {
 	// invalidDesire, invalidRecord and recreateHeldBack dedup the events
 	// about an unusable desired-templates annotation, an unreadable re-create
 	// record and a re-create held back.
-	invalidDesire, invalidRecord, recreateHeldBack onceCache
+	invalidDesire, invalidRecord, recreateHeldBack, recreateRefused onceCache
 	// fresh holds the versions this process's PVC patches and status writes
 	// replaced (keys from writeKey), until the cache shows the writes.
 	fresh *freshness.Tracker
@@ -252,6 +252,7 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 		c.events.forget(key)
 		c.invalidDesire.forget(key)
 		c.recreateHeldBack.forget(key)
+		c.recreateRefused.forget(key)
 		c.fresh.Forget(writeKey("sts", namespace, name))
 		sts = nil
 	} else if err != nil {
@@ -261,11 +262,20 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 	if err != nil {
 		return err
 	}
+	if sts != nil && rec == nil {
+		if other := recreate.OtherInstall(sts, c.recordNamespace); other != "" {
+			// Invariant I6: one install acts on a StatefulSet at a time.
+			klog.FromContext(ctx).V(2).Info("Leaving the StatefulSet to the statefulset-resizer install re-creating it", "install", other)
+			return nil
+		}
+	}
 	var wanted bool
 	if sts != nil {
 		templates, ready := c.recreateTemplates(sts)
 		wanted = c.recreate && ready
-		c.tellRecreateHeldBack(sts, key, templates)
+		if rec == nil && sts.DeletionTimestamp == nil {
+			c.tellRecreateHeldBack(sts, key, templates)
+		}
 	}
 	if sts != nil && rec == nil && sts.DeletionTimestamp == nil && !wanted {
 		// The volumes are reconciled with the live object; one about to be

@@ -38,6 +38,9 @@ func (c *Controller) desiredTemplates(sts *appsv1.StatefulSet, key string) ([]co
 		err = fmt.Errorf("StatefulSet %s/%s is not opted in to volume claim template changes (%s)", sts.Namespace, sts.Name, optInHint)
 	}
 	if err == nil {
+		err = desired.Validate(ds)
+	}
+	if err == nil {
 		templates, err = desired.Apply(sts.Spec.VolumeClaimTemplates, ds)
 	}
 	if err != nil {
@@ -60,7 +63,7 @@ func (c *Controller) desiredTemplates(sts *appsv1.StatefulSet, key string) ([]co
 // either way.
 func (c *Controller) recreateTemplates(sts *appsv1.StatefulSet) ([]corev1.PersistentVolumeClaim, bool) {
 	ds, ok, err := desired.FromStatefulSet(sts)
-	if !ok || err != nil {
+	if !ok || err != nil || desired.Validate(ds) != nil {
 		return nil, false
 	}
 	templates, err := desired.Apply(sts.Spec.VolumeClaimTemplates, ds)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
 )
 
@@ -28,6 +29,19 @@ const (
 	// it was absent during a re-create, with other templates than recorded;
 	// its object is kept.
 	EventRecreatedByOthers = "RecreatedByOthers"
+	// EventRecreateDeleted: step 2, the orphan delete of the old object.
+	EventRecreateDeleted = "RecreateDeleted"
+	// EventRecreateReleased: step 3, the old object released as recorded.
+	EventRecreateReleased = "RecreateReleased"
+	// EventRecreateAbandoned: the change was withdrawn, or can no longer be
+	// made, before anything was deleted; the record and the finalizer go.
+	EventRecreateAbandoned = "RecreateAbandoned"
+	// EventRecreateCancelled: someone else deleted the StatefulSet during
+	// the re-create; it is not re-created (invariant I2).
+	EventRecreateCancelled = "RecreateCancelled"
+	// EventRecreateRefused: the create of the replacement would be refused
+	// (a server dry run says so), so nothing is deleted (invariant I3).
+	EventRecreateRefused = "RecreateRefused"
 )
 
 // maxRecreateSteps bounds the steps of one sync: Store, Delete, and, when the
@@ -42,7 +56,7 @@ func (c *Controller) recreateSteps(ctx context.Context, namespace, name string, 
 	if sts != nil && c.fresh.Behind(writeKey("sts", namespace, name), sts.ResourceVersion) {
 		return nil // the echo of our own write brings the key back
 	}
-	in := recreate.Input{StatefulSet: sts, Record: rec, Wanted: wanted}
+	in := recreate.Input{StatefulSet: sts, Record: rec, Wanted: wanted, RecordNamespace: c.recordNamespace}
 	for range maxRecreateSteps {
 		step := recreate.Next(in)
 		klog.FromContext(ctx).V(4).Info("Re-create step", "step", step)
@@ -69,10 +83,12 @@ func (c *Controller) recreateStep(ctx context.Context, namespace, name string, s
 		in.StatefulSet, in.Record, gone, err = c.release(ctx, in.StatefulSet, in.Record)
 		return !gone, err
 	case recreate.Create:
-		if in.StatefulSet, err = c.createNew(ctx, namespace, in.Record); err != nil || in.StatefulSet == nil {
-			return true, err // nil: the old object is still there; its removal brings the key back
+		if in.StatefulSet, in.Record, err = c.createNew(ctx, namespace, name); err != nil || in.StatefulSet == nil {
+			return true, err // nil: the old object is still there (its removal brings the key back), or the record went
 		}
 		return false, nil
+	case recreate.Cancel:
+		return true, c.cancel(ctx, in.StatefulSet, in.Record, "it carries the finalizer "+metav1.FinalizerDeleteDependents+" of a foreground delete")
 	case recreate.Finish:
 		return true, c.finishRecreate(ctx, in.StatefulSet, in.Record)
 	case recreate.Abandon:
@@ -82,9 +98,12 @@ func (c *Controller) recreateStep(ctx context.Context, namespace, name string, s
 }
 
 // record returns the StatefulSet's record from the cache, nil when there is
-// none. One that cannot be read, or whose object is not opted in to template
-// changes, is told and left alone: it may be the only copy of what a
-// re-create was to create, and it is not statefulset-resizer's to act on.
+// none. One that cannot be read is told and left alone: it may be the only
+// copy of what a re-create was to create. A record is acted on whatever the
+// opt-in says now: only statefulset-resizer (and the administrators of its
+// namespace) can write one, it was written for an opted-in StatefulSet, and
+// a re-create that has started is finished (invariant I1; an opt-out before
+// the delete withdraws it, step 2).
 func (c *Controller) record(ctx context.Context, namespace, name string, sts *appsv1.StatefulSet) (*recreate.Record, error) {
 	recordName := recreate.RecordName(namespace, name)
 	cm, err := c.cmLister.ConfigMaps(c.recordNamespace).Get(recordName)
@@ -95,11 +114,6 @@ func (c *Controller) record(ctx context.Context, namespace, name string, sts *ap
 		return nil, fmt.Errorf("get re-create record %s/%s from cache: %w", c.recordNamespace, recordName, err)
 	}
 	rec, err := recreate.Parse(cm)
-	if err == nil && !c.optedIn(rec.Object) {
-		err = fmt.Errorf("re-create record %s/%s holds StatefulSet %s/%s, which is not opted in to volume claim template changes (label %s); "+
-			"statefulset-resizer writes records only for opted-in StatefulSets: delete the record if you did not write it on purpose",
-			cm.Namespace, cm.Name, namespace, name, optInHint)
-	}
 	if err != nil {
 		if c.invalidRecord.first(namespace+"/"+name, cm.ResourceVersion) {
 			klog.FromContext(ctx).Info("Ignoring re-create record", "record", klog.KObj(cm), "err", err.Error())
@@ -113,24 +127,35 @@ func (c *Controller) record(ctx context.Context, namespace, name string, sts *ap
 }
 
 // storeRecord is step 1: read the whole object (the cache trims it), check the
-// re-create is still wanted for its latest version, add the finalizer, and
-// write the record of that version.
+// re-create is still wanted for its latest version and can be made (the
+// record's name, a dry-run create of the replacement), add the finalizer,
+// and write the record of that version.
 func (c *Controller) storeRecord(ctx context.Context, cached *appsv1.StatefulSet) (*appsv1.StatefulSet, *recreate.Record, error) {
 	live, err := c.client.AppsV1().StatefulSets(cached.Namespace).Get(ctx, cached.Name, metav1.GetOptions{})
 	if err != nil {
 		return cached, nil, ignoreNotFound(err, "read StatefulSet %s/%s to re-create it", cached.Namespace, cached.Name)
 	}
 	templates, ready := c.recreateTemplates(live)
-	if live.UID != cached.UID || live.DeletionTimestamp != nil || !ready || !c.recreate {
+	if live.UID != cached.UID || live.DeletionTimestamp != nil || !ready || !c.recreate || recreate.OtherInstall(live, c.recordNamespace) != "" {
 		return live, nil, nil // changed since the decision: its event brings the key back
+	}
+	obj, err := recreate.ObjectToCreate(live, templates)
+	if err == nil {
+		err = recreate.CheckName(live.Namespace, live.Name)
+	}
+	if err != nil {
+		c.refused(live, fmt.Errorf("cannot re-create the StatefulSet with the desired volume claim templates: %w", err))
+		return live, nil, nil
+	}
+	if ok, err := c.proveCreate(ctx, live, obj); !ok {
+		return live, nil, err
 	}
 	if live, err = c.setFinalizer(ctx, live, true); err != nil || live == nil {
 		return cached, nil, err
 	}
 	cm, err := recreate.Build(live, templates, c.recordNamespace)
 	if err != nil {
-		c.recorder.Eventf(live, corev1.EventTypeWarning, EventRecreateFailed, "Cannot re-create the StatefulSet with the desired volume claim templates: %v", err)
-		return live, nil, nil
+		return live, nil, err
 	}
 	created, err := c.client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: Name})
 	if apierrors.IsAlreadyExists(err) {
@@ -147,10 +172,44 @@ func (c *Controller) storeRecord(ctx context.Context, cached *appsv1.StatefulSet
 	return live, rec, err
 }
 
+// proveCreate is invariant I3's proof, made before the finalizer goes on and
+// again right before the delete: a server dry run of the create of obj (the
+// exact object the record holds) passes validation and admission (a quota,
+// a policy, the owner-reference permission check) and meets only the name
+// of the object it replaces (AlreadyExists is checked last). A refusal is
+// told once per desire and error (nothing is deleted; ok is false); Invalid
+// waits for the next change of the StatefulSet, anything else is returned to
+// be retried with backoff.
+func (c *Controller) proveCreate(ctx context.Context, live, obj *appsv1.StatefulSet) (ok bool, err error) {
+	probe := obj.DeepCopy()
+	probe.ManagedFields = nil
+	_, err = c.client.AppsV1().StatefulSets(live.Namespace).Create(ctx, probe,
+		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: Name})
+	if err == nil || apierrors.IsAlreadyExists(err) {
+		return true, nil
+	}
+	c.refused(live, fmt.Errorf("a create of the StatefulSet with the desired volume claim templates would be refused: %w", err))
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		return false, nil
+	}
+	return false, fmt.Errorf("dry-run create of StatefulSet %s/%s before its re-create: %w", live.Namespace, live.Name, err)
+}
+
+// refused tells, once per desire and reason, that the re-create cannot be
+// made and that nothing was deleted.
+func (c *Controller) refused(sts *appsv1.StatefulSet, err error) {
+	key := sts.Namespace + "/" + sts.Name
+	if c.recreateRefused.first(key, sts.Annotations[desired.Annotation]+"\x00"+err.Error()) {
+		c.recorder.Eventf(sts, corev1.EventTypeWarning, EventRecreateRefused,
+			"%v. Nothing was deleted. Fix the cause and apply again, or apply the templates as they are to withdraw the change", err)
+	}
+}
+
 // deleteOld is step 2: the record is checked against the latest version of
 // the object (and rewritten when the object changed since, or dropped when
-// the change was withdrawn), then the object is deleted with orphan
-// propagation and preconditions on that version.
+// the change was withdrawn or its create would now be refused), then the
+// object is deleted with orphan propagation and preconditions on that
+// version.
 func (c *Controller) deleteOld(ctx context.Context, cached *appsv1.StatefulSet, rec *recreate.Record) (*appsv1.StatefulSet, *recreate.Record, error) {
 	live, err := c.client.AppsV1().StatefulSets(cached.Namespace).Get(ctx, cached.Name, metav1.GetOptions{})
 	switch {
@@ -163,15 +222,16 @@ func (c *Controller) deleteOld(ctx context.Context, cached *appsv1.StatefulSet, 
 	}
 	templates, ready := c.recreateTemplates(live)
 	if !ready {
-		klog.FromContext(ctx).Info("The volume claim template change was withdrawn or cannot be made now; dropping the re-create record",
-			"record", klog.KRef(c.recordNamespace, recreate.RecordName(live.Namespace, live.Name)))
-		return live, nil, c.deleteRecord(ctx, live.Namespace, live.Name, rec)
+		return live, nil, c.withdraw(ctx, live, rec, "the volume claim template change was withdrawn, or cannot be made now")
 	}
 	if live, err = c.setFinalizer(ctx, live, true); err != nil || live == nil {
 		return cached, rec, err
 	}
 	if rec, err = c.updateRecord(ctx, live, templates, rec); err != nil {
 		return live, rec, err
+	}
+	if ok, err := c.proveCreate(ctx, live, rec.Object); !ok {
+		return live, nil, errors.Join(err, c.withdraw(ctx, live, rec, "the create of the replacement would be refused"))
 	}
 	// The preconditions are the version the record was checked against.
 	orphan := metav1.DeletePropagationOrphan
@@ -184,36 +244,25 @@ func (c *Controller) deleteOld(ctx context.Context, cached *appsv1.StatefulSet, 
 		return live, rec, fmt.Errorf("delete StatefulSet %s/%s to re-create it: %w", live.Namespace, live.Name, err)
 	}
 	klog.FromContext(ctx).Info("Deleted StatefulSet with orphan propagation to re-create it", "uid", rec.OldUID)
+	c.recorder.Eventf(live, corev1.EventTypeNormal, EventRecreateDeleted,
+		"Deleted with orphan propagation (uid %s): the garbage collector orphans the pods and ControllerRevisions, then the object is released as recorded in %s/%s",
+		rec.OldUID, c.recordNamespace, recreate.RecordName(live.Namespace, live.Name))
 	live.DeletionTimestamp = &metav1.Time{}
 	return live, rec, nil
 }
 
-// release is step 3, for the old object once only the re-create's finalizer
-// holds it: the record is brought up to date with its latest version (edits
-// made after the delete are kept), and the finalizer is removed with that
-// version as precondition, which removes the object exactly as recorded.
-func (c *Controller) release(ctx context.Context, cached *appsv1.StatefulSet, rec *recreate.Record) (*appsv1.StatefulSet, *recreate.Record, bool, error) {
-	live, err := c.client.AppsV1().StatefulSets(cached.Namespace).Get(ctx, cached.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, rec, true, nil
-	case err != nil:
-		return cached, rec, false, fmt.Errorf("read StatefulSet %s/%s to release it: %w", cached.Namespace, cached.Name, err)
-	case live.UID != rec.OldUID || recreate.Next(recreate.Input{StatefulSet: live, Record: rec}) != recreate.Release:
-		return live, rec, false, nil
+// withdraw drops the record of a re-create that has not deleted anything;
+// the finalizer goes at the next step (Abandon), after the record: a crash in
+// between leaves a finalizer and no record, never a record that would create
+// a second object.
+func (c *Controller) withdraw(ctx context.Context, live *appsv1.StatefulSet, rec *recreate.Record, why string) error {
+	klog.FromContext(ctx).Info("Withdrawing the re-create; dropping its record", "reason", why,
+		"record", klog.KRef(c.recordNamespace, recreate.RecordName(live.Namespace, live.Name)))
+	if err := c.deleteRecord(ctx, live.Namespace, live.Name, rec); err != nil {
+		return err
 	}
-	templates, _ := c.recreateTemplates(live)
-	if templates == nil {
-		templates = live.Spec.VolumeClaimTemplates // the change was withdrawn after the delete: the object comes back as it is
-	}
-	if rec, err = c.updateRecord(ctx, live, templates, rec); err != nil {
-		return live, rec, false, err
-	}
-	if _, err := c.setFinalizer(ctx, live, false); err != nil {
-		return live, rec, false, err
-	}
-	klog.FromContext(ctx).V(2).Info("Released the old StatefulSet; the record holds its last version", "uid", rec.OldUID, "resourceVersion", rec.OldResourceVersion)
-	return nil, rec, true, nil
+	c.recorder.Eventf(live, corev1.EventTypeNormal, EventRecreateAbandoned, "Re-create withdrawn before anything was deleted: %s", why)
+	return nil
 }
 
 // updateRecord rewrites rec when it does not hold what Build makes of live
@@ -237,7 +286,8 @@ func (c *Controller) updateRecord(ctx context.Context, live *appsv1.StatefulSet,
 	return recreate.Parse(updated)
 }
 
-// setFinalizer adds (on) or removes the re-create's finalizer, with the
+// setFinalizer adds (on) or removes the re-create's finalizer, and with it
+// the annotation naming this install's record (invariant I6), with the
 // object's resourceVersion as precondition, and returns the written object
 // (nil when it is gone). Removing the last finalizer of a terminating object
 // removes it.
@@ -251,10 +301,13 @@ func (c *Controller) setFinalizer(ctx context.Context, sts *appsv1.StatefulSet, 
 			finalizers = append(finalizers, f)
 		}
 	}
+	var ref any // null removes the annotation
 	if on {
 		finalizers = append(finalizers, recreate.Finalizer)
+		ref = recreate.RecordRef(c.recordNamespace, sts.Namespace, sts.Name)
 	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": sts.ResourceVersion, "finalizers": finalizers}})
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": sts.ResourceVersion, "finalizers": finalizers,
+		"annotations": map[string]any{recreate.RecordAnnotation: ref}}})
 	if err != nil {
 		return nil, fmt.Errorf("build finalizer patch: %w", err)
 	}
@@ -267,112 +320,4 @@ func (c *Controller) setFinalizer(ctx context.Context, sts *appsv1.StatefulSet, 
 	}
 	c.fresh.Wrote(writeKey("sts", sts.Namespace, sts.Name), sts.ResourceVersion, written.ResourceVersion)
 	return written, nil
-}
-
-// abandon removes the re-create's finalizer from an object that carries it
-// with no record: the change was withdrawn after the finalizer was added, or
-// someone else deleted the object before a record was written. The record is
-// looked up in the API first: the cache may not show one just written.
-func (c *Controller) abandon(ctx context.Context, namespace, name string, sts *appsv1.StatefulSet) error {
-	_, err := c.client.CoreV1().ConfigMaps(c.recordNamespace).Get(ctx, recreate.RecordName(namespace, name), metav1.GetOptions{})
-	if err == nil {
-		return nil // its event brings the key back
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("look up the re-create record of StatefulSet %s/%s: %w", namespace, name, err)
-	}
-	klog.FromContext(ctx).Info("No re-create under way: removing the re-create finalizer", "deleting", sts.DeletionTimestamp != nil)
-	_, err = c.setFinalizer(ctx, sts, false)
-	return err
-}
-
-// createNew is step 4. It returns nil (and no error) when an object of the
-// name exists: the old one not yet gone, or one another client created.
-func (c *Controller) createNew(ctx context.Context, namespace string, rec *recreate.Record) (*appsv1.StatefulSet, error) {
-	obj := rec.Object.DeepCopy()
-	// Sent without managedFields: the apiserver would give every field to
-	// the creator anyway; Finish puts the recorded ones back.
-	obj.ManagedFields = nil
-	created, err := c.client.AppsV1().StatefulSets(namespace).Create(ctx, obj, metav1.CreateOptions{FieldManager: Name})
-	if apierrors.IsAlreadyExists(err) {
-		return nil, nil
-	}
-	if err != nil {
-		c.recorder.Eventf(rec.Object, corev1.EventTypeWarning, EventRecreateFailed,
-			"Cannot create StatefulSet %s/%s from the re-create record ConfigMap %s/%s, will retry: %v (the record holds the object to create; it can also be created from there by hand)",
-			namespace, obj.Name, c.recordNamespace, recreate.RecordName(namespace, obj.Name), err)
-		return nil, fmt.Errorf("create StatefulSet %s/%s from its re-create record: %w", namespace, obj.Name, err)
-	}
-	klog.FromContext(ctx).Info("Created StatefulSet from the re-create record", "uid", created.UID, "oldUID", rec.OldUID)
-	return created, nil
-}
-
-// finishRecreate is step 5 for the object that now has the name. An object
-// another client created meanwhile (say, a GitOps tool that found the name
-// free) is kept as it is; only the record goes, and the user is told when its
-// templates are not the recorded ones.
-func (c *Controller) finishRecreate(ctx context.Context, sts *appsv1.StatefulSet, rec *recreate.Record) error {
-	live, err := c.client.AppsV1().StatefulSets(sts.Namespace).Get(ctx, sts.Name, metav1.GetOptions{})
-	if err != nil {
-		return ignoreNotFound(err, "read re-created StatefulSet %s/%s", sts.Namespace, sts.Name)
-	}
-	if live.UID == rec.OldUID {
-		return nil // the cache was behind; decided again on the next event
-	}
-	if recreate.NeedsOwnershipRestore(live.ManagedFields, rec.Object.ManagedFields, Name) {
-		if err := c.restoreOwnership(ctx, live, rec); err != nil {
-			return err
-		}
-	}
-	if err := c.deleteRecord(ctx, sts.Namespace, sts.Name, rec); err != nil {
-		return err
-	}
-	if sameTemplates(live.Spec.VolumeClaimTemplates, rec.Object.Spec.VolumeClaimTemplates) {
-		c.recorder.Eventf(live, corev1.EventTypeNormal, EventRecreated,
-			"Re-created with the volume claim templates %s (replaces uid %s; pods and PVCs kept and adopted)", describeTemplates(live.Spec.VolumeClaimTemplates), rec.OldUID)
-		return nil
-	}
-	c.recorder.Eventf(live, corev1.EventTypeWarning, EventRecreatedByOthers,
-		"Another client created this StatefulSet while statefulset-resizer was re-creating it (replacing uid %s); it is kept as created, with the volume claim templates %s instead of the recorded %s",
-		rec.OldUID, describeTemplates(live.Spec.VolumeClaimTemplates), describeTemplates(rec.Object.Spec.VolumeClaimTemplates))
-	return nil
-}
-
-// restoreOwnership puts the old object's managedFields on the new one, so
-// that Helm, kubectl and server-side apply managers own what they owned
-// before, with the live object's resourceVersion as precondition.
-func (c *Controller) restoreOwnership(ctx context.Context, live *appsv1.StatefulSet, rec *recreate.Record) error {
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": live.ResourceVersion,
-		"managedFields":   rec.Object.ManagedFields,
-	}})
-	if err != nil {
-		return fmt.Errorf("build managedFields patch: %w", err)
-	}
-	_, err = c.client.AppsV1().StatefulSets(live.Namespace).Patch(ctx, live.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: Name})
-	if err != nil {
-		return fmt.Errorf("restore the field ownership of re-created StatefulSet %s/%s: %w", live.Namespace, live.Name, err)
-	}
-	return nil
-}
-
-// deleteRecord removes the record, with its uid as precondition.
-func (c *Controller) deleteRecord(ctx context.Context, namespace, name string, rec *recreate.Record) error {
-	var pre *metav1.Preconditions
-	if rec.ConfigMapUID != "" {
-		pre = &metav1.Preconditions{UID: &rec.ConfigMapUID}
-	}
-	recordName := recreate.RecordName(namespace, name)
-	err := c.client.CoreV1().ConfigMaps(c.recordNamespace).Delete(ctx, recordName, metav1.DeleteOptions{Preconditions: pre})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete re-create record %s/%s: %w", c.recordNamespace, recordName, err)
-	}
-	return nil
-}
-
-func ignoreNotFound(err error, format string, args ...any) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return errors.Join(fmt.Errorf(format, args...), err)
 }

@@ -135,8 +135,26 @@ func (d *deletions) edit(name string, mutate func(*appsv1.StatefulSet)) {
 }
 
 // collectGarbage plays the garbage collector's part of an orphan delete: it
-// takes the orphan finalizer off a terminating object.
+// takes the owner references to the object off its pods, then the orphan
+// finalizer off the object.
 func (d *deletions) collectGarbage(name string) {
+	cur, err := d.get(name)
+	if err != nil {
+		d.h.t.Fatal(err)
+	}
+	pods, err := d.h.client.CoreV1().Pods(ns).List(d.h.ctx, metav1.ListOptions{})
+	if err != nil {
+		d.h.t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; len(p.OwnerReferences) > 0 && p.OwnerReferences[0].UID == cur.UID {
+			p.OwnerReferences = nil
+			newVersion(p)
+			if _, err := d.h.client.CoreV1().Pods(ns).Update(d.h.ctx, p, metav1.UpdateOptions{}); err != nil {
+				d.h.t.Fatal(err)
+			}
+		}
+	}
 	d.edit(name, func(s *appsv1.StatefulSet) {
 		var kept []string
 		for _, f := range s.Finalizers {

@@ -18,10 +18,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // Annotation is the StatefulSet annotation holding the desired templates.
@@ -208,4 +213,48 @@ func OptedIn(stsLabels, namespaceLabels map[string]string) bool {
 		return v == OptInValue
 	}
 	return namespaceLabels[OptInLabel] == OptInValue
+}
+
+// ValidateTemplate checks what of t a recorded change may set, as the
+// apiserver checks a PVC's: with metadata its labels (key by key, in order,
+// so that the error names the key) and annotations, with class its
+// VolumeAttributesClass name. The apiserver checks none of them on a
+// StatefulSet update, so the webhook (before it records a change) and the
+// controller (before it acts on the annotation, which anyone who may update
+// the StatefulSet can write) both check them here.
+func ValidateTemplate(t *corev1.PersistentVolumeClaim, path *field.Path, metadata, class bool) field.ErrorList {
+	var errs field.ErrorList
+	if metadata {
+		for _, k := range slices.Sorted(maps.Keys(t.Labels)) {
+			errs = append(errs, metav1validation.ValidateLabels(map[string]string{k: t.Labels[k]}, path.Child("metadata", "labels").Key(k))...)
+		}
+		errs = append(errs, apivalidation.ValidateAnnotations(t.Annotations, path.Child("metadata", "annotations"))...)
+	}
+	if class && t.Spec.VolumeAttributesClassName != nil {
+		name := *t.Spec.VolumeAttributesClassName
+		for _, msg := range apivalidation.NameIsDNSSubdomain(name, false) {
+			errs = append(errs, field.Invalid(path.Child("spec", "volumeAttributesClassName"), name, msg))
+		}
+	}
+	return errs
+}
+
+// Validate checks the entries of an annotation value the way the webhook
+// checks a change before recording it (ValidateTemplate): the metadata of
+// entries that have it, and every class name. The error names the annotation
+// and the first value refused (invariant I5: nothing the annotation says is
+// acted on unless it passed the webhook's checks).
+func Validate(ts []Template) error {
+	for i, d := range ts {
+		t := corev1.PersistentVolumeClaim{}
+		t.Spec.VolumeAttributesClassName = d.VolumeAttributesClassName
+		if d.Metadata != nil {
+			t.Labels, t.Annotations = d.Metadata.Labels, d.Metadata.Annotations
+		}
+		path := field.NewPath("metadata", "annotations").Key(Annotation).Index(i)
+		if errs := ValidateTemplate(&t, path, d.Metadata != nil, true); len(errs) > 0 {
+			return fmt.Errorf("annotation %s, template %q: %v; remove the annotation or apply the change through the webhook", Annotation, d.Name, errs[0])
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -28,6 +29,7 @@ func withoutReplacedFields(entries []metav1.ManagedFieldsEntry) ([]metav1.Manage
 			return nil, fmt.Errorf("managedFields entry of %q: %w", e.Manager, err)
 		}
 		removedAnnotation := removePath(fields, "f:metadata", "f:annotations", "f:"+desired.Annotation)
+		removedAnnotation = removePath(fields, "f:metadata", "f:annotations", "f:"+RecordAnnotation) || removedAnnotation
 		removedFinalizer := removePath(fields, "f:metadata", "f:finalizers", "v:"+strconv.Quote(Finalizer))
 		if !removedAnnotation && !removedFinalizer {
 			out = append(out, e)
@@ -65,21 +67,41 @@ func removePath(m map[string]any, path ...string) bool {
 	return true
 }
 
-// NeedsOwnershipRestore reports whether the managedFields of a re-created
-// object must be replaced by the recorded ones: the create made manager the
-// owner of every field (the apiserver attributes a created object to its
-// creator), and no one else has written it since. Once another manager has
-// an entry for the object itself, its ownership moved on and is left alone.
-// Entries of subresources (the StatefulSet controller's status writes) do not
-// count: they say nothing about the spec and metadata.
-func NeedsOwnershipRestore(live []metav1.ManagedFieldsEntry, recorded []metav1.ManagedFieldsEntry, manager string) bool {
+// RestoredManagedFields returns the managedFields a re-created object gets
+// back: the recorded ones (the old object's owners), and the entries of
+// every write since the create by another manager or to a subresource (the
+// StatefulSet controller's status), so that no one loses what they wrote.
+// manager's own entry for the object itself, which the create gave every
+// field, goes. ok is false when there is nothing to restore: no recorded
+// entries, or the create's entry is gone (already restored).
+func RestoredManagedFields(live, recorded []metav1.ManagedFieldsEntry, manager string) (out []metav1.ManagedFieldsEntry, ok bool) {
 	if len(recorded) == 0 {
-		return false
+		return nil, false
 	}
 	for _, e := range live {
-		if e.Subresource == "" && e.Manager != manager {
-			return false
+		if e.Manager == manager && e.Subresource == "" && e.Operation == metav1.ManagedFieldsOperationUpdate {
+			ok = true
+			continue
+		}
+		out = append(out, *e.DeepCopy())
+	}
+	if !ok {
+		return nil, false
+	}
+	written := map[string]bool{}
+	for _, e := range out {
+		written[entryKey(e)] = true
+	}
+	for _, e := range recorded {
+		if !written[entryKey(e)] { // a manager that wrote since keeps its newer entry
+			out = append(out, *e.DeepCopy())
 		}
 	}
-	return true
+	return out, true
+}
+
+// entryKey identifies a managedFields entry as the apiserver does: one per
+// manager, operation, API version and subresource.
+func entryKey(e metav1.ManagedFieldsEntry) string {
+	return strings.Join([]string{e.Manager, string(e.Operation), e.APIVersion, e.Subresource}, "\x00")
 }

@@ -56,6 +56,12 @@ const (
 	// Finalizer keeps the old StatefulSet while it is replaced: it goes only
 	// once the record holds the object's last version (step 3).
 	Finalizer = "csi-resizer.io/recreate"
+	// RecordAnnotation, on a StatefulSet carrying Finalizer, names its
+	// record, "<record namespace>/<record name>": the install whose
+	// re-create it is. It is written with the finalizer, so that a second
+	// install (another namespace) never takes a re-create that is not its
+	// own (invariant I6). The ConfigMaps themselves carry the key as a label.
+	RecordAnnotation = RecordLabel
 
 	keyStatefulSet     = "statefulset"
 	keyUID             = "uid"
@@ -90,10 +96,10 @@ func RecordName(namespace, statefulSet string) string {
 // annotation and deletion finalizers (Finalizer included).
 func Build(live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim, recordNamespace string) (*corev1.ConfigMap, error) {
 	name := RecordName(live.Namespace, live.Name)
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return nil, fmt.Errorf("StatefulSet %s/%s: record name %q is not a valid ConfigMap name: %v", live.Namespace, live.Name, name, errs)
+	if err := CheckName(live.Namespace, live.Name); err != nil {
+		return nil, err
 	}
-	obj, err := objectToCreate(live, templates)
+	obj, err := ObjectToCreate(live, templates)
 	if err != nil {
 		return nil, err
 	}
@@ -111,9 +117,38 @@ func Build(live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim, r
 	}, nil
 }
 
-// objectToCreate is live as it is to be created: with templates, without
+// CheckName reports, before anything is written, a StatefulSet whose record
+// could not be stored: its name would not be a valid ConfigMap name.
+func CheckName(namespace, statefulSet string) error {
+	name := RecordName(namespace, statefulSet)
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("StatefulSet %s/%s cannot be re-created: the name of its record ConfigMap %q is not valid (%s); "+
+			"a shorter StatefulSet name is needed to change its volume claim templates", namespace, statefulSet, name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// RecordRef is the value of RecordAnnotation for a StatefulSet's record.
+func RecordRef(recordNamespace, namespace, statefulSet string) string {
+	return recordNamespace + "/" + RecordName(namespace, statefulSet)
+}
+
+// OtherInstall returns the record namespace of the install that re-creates
+// sts when that is not recordNamespace's ("" when it is, or none is).
+func OtherInstall(sts *appsv1.StatefulSet, recordNamespace string) string {
+	ref, ok := sts.Annotations[RecordAnnotation]
+	if !ok || !HasFinalizer(sts) {
+		return ""
+	}
+	if other, _, _ := strings.Cut(ref, "/"); other != recordNamespace {
+		return other
+	}
+	return ""
+}
+
+// ObjectToCreate is live as it is to be created: with templates, without
 // what the apiserver sets and what belongs to the old object's deletion.
-func objectToCreate(live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim) (*appsv1.StatefulSet, error) {
+func ObjectToCreate(live *appsv1.StatefulSet, templates []corev1.PersistentVolumeClaim) (*appsv1.StatefulSet, error) {
 	obj := live.DeepCopy()
 	obj.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"}
 	obj.Spec.VolumeClaimTemplates = make([]corev1.PersistentVolumeClaim, len(templates))
@@ -121,6 +156,7 @@ func objectToCreate(live *appsv1.StatefulSet, templates []corev1.PersistentVolum
 		templates[i].DeepCopyInto(&obj.Spec.VolumeClaimTemplates[i])
 	}
 	delete(obj.Annotations, desired.Annotation)
+	delete(obj.Annotations, RecordAnnotation)
 	managed, err := withoutReplacedFields(obj.ManagedFields)
 	if err != nil {
 		return nil, fmt.Errorf("StatefulSet %s/%s: %w", live.Namespace, live.Name, err)
@@ -143,7 +179,7 @@ func UpToDate(rec *Record, live *appsv1.StatefulSet, templates []corev1.Persiste
 	if rec.OldUID != live.UID {
 		return false, nil
 	}
-	obj, err := objectToCreate(live, templates)
+	obj, err := ObjectToCreate(live, templates)
 	if err != nil {
 		return false, err
 	}
@@ -248,6 +284,11 @@ const (
 	// (stopped after the finalizer was added: the change was withdrawn, or
 	// someone else deleted the object): remove the finalizer.
 	Abandon Step = "Abandon"
+	// Cancel: someone else deleted the old object (its deletion is not the
+	// orphan delete of step 2: a foreground delete, or dependents still
+	// owned once only Finalizer is left); it is not re-created (invariant
+	// I2): the record goes, then the finalizer.
+	Cancel Step = "Cancel"
 )
 
 // Input is what Next decides from.
@@ -260,6 +301,9 @@ type Input struct {
 	// desired templates differ from its own, and nothing holds the re-create
 	// back (see Blocked).
 	Wanted bool
+	// RecordNamespace is this install's: a StatefulSet whose re-create
+	// another install holds (OtherInstall) is left to it.
+	RecordNamespace string
 }
 
 // Pending reports whether sts is to be re-created: re-creating is enabled and
@@ -309,6 +353,8 @@ func Next(in Input) Step {
 	switch {
 	case rec == nil && sts == nil:
 		return Nothing
+	case rec == nil && OtherInstall(sts, in.RecordNamespace) != "":
+		return Nothing
 	case rec == nil && sts.DeletionTimestamp == nil && in.Wanted:
 		return Store
 	case rec == nil && HasFinalizer(sts):
@@ -321,6 +367,8 @@ func Next(in Input) Step {
 		return Finish
 	case sts.DeletionTimestamp == nil:
 		return Delete
+	case slices.Contains(sts.Finalizers, metav1.FinalizerDeleteDependents):
+		return Cancel
 	case HasFinalizer(sts) && len(sts.Finalizers) == 1:
 		return Release
 	}

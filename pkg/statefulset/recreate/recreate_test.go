@@ -190,31 +190,50 @@ func TestParseRejects(t *testing.T) {
 	}
 	long := liveObject()
 	long.Name = strings.Repeat("x", 230)
-	if _, err := Build(long, nil, "ssr-system"); err == nil || !strings.Contains(err.Error(), "not a valid ConfigMap name") {
+	if _, err := Build(long, nil, "ssr-system"); err == nil || !strings.Contains(err.Error(), "is not valid") {
 		t.Fatalf("Build of a too long name: %v", err)
 	}
 }
 
-func TestNeedsOwnershipRestore(t *testing.T) {
-	recorded := []metav1.ManagedFieldsEntry{{Manager: "helm"}}
-	ours := metav1.ManagedFieldsEntry{Manager: "statefulset-resizer"}
-	status := metav1.ManagedFieldsEntry{Manager: "kube-controller-manager", Subresource: "status"}
+// The recorded owners come back; the create's entry goes; whoever wrote
+// the new object since the create keeps what they wrote (finding 7: a write
+// before Finish no longer leaves the create's owner with every field).
+func TestRestoredManagedFields(t *testing.T) {
+	update := metav1.ManagedFieldsOperationUpdate
+	helm := metav1.ManagedFieldsEntry{Manager: "helm", Operation: update, APIVersion: "apps/v1"}
+	applied := metav1.ManagedFieldsEntry{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "apps/v1"}
+	created := metav1.ManagedFieldsEntry{Manager: "statefulset-resizer", Operation: update, APIVersion: "apps/v1"}
+	status := metav1.ManagedFieldsEntry{Manager: "kube-controller-manager", Operation: update, APIVersion: "apps/v1", Subresource: "status"}
+	helmAgain := metav1.ManagedFieldsEntry{Manager: "helm", Operation: update, APIVersion: "apps/v1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}
+	recorded := []metav1.ManagedFieldsEntry{helm, applied}
 	cases := []struct {
-		name     string
-		live     []metav1.ManagedFieldsEntry
-		recorded []metav1.ManagedFieldsEntry
-		want     bool
+		name   string
+		live   []metav1.ManagedFieldsEntry
+		want   []string
+		wantOK bool
 	}{
-		{"just created by us", []metav1.ManagedFieldsEntry{ours}, recorded, true},
-		{"created, status written by the StatefulSet controller", []metav1.ManagedFieldsEntry{ours, status}, recorded, true},
-		{"restored already", []metav1.ManagedFieldsEntry{{Manager: "helm"}, ours}, recorded, false},
-		{"someone applied since", []metav1.ManagedFieldsEntry{ours, {Manager: "argocd"}}, recorded, false},
-		{"nothing recorded", []metav1.ManagedFieldsEntry{ours}, nil, false},
+		{"just created", []metav1.ManagedFieldsEntry{created}, []string{"helm", "kubectl"}, true},
+		{"status written since", []metav1.ManagedFieldsEntry{created, status}, []string{"kube-controller-manager", "helm", "kubectl"}, true},
+		{"another manager wrote since", []metav1.ManagedFieldsEntry{created, {Manager: "argocd", Operation: update, APIVersion: "apps/v1"}},
+			[]string{"argocd", "helm", "kubectl"}, true},
+		{"a recorded manager wrote since: its newer entry stays", []metav1.ManagedFieldsEntry{created, helmAgain}, []string{"helm", "kubectl"}, true},
+		{"restored already", []metav1.ManagedFieldsEntry{helm, applied}, nil, false},
 	}
 	for _, c := range cases {
-		if got := NeedsOwnershipRestore(c.live, c.recorded, "statefulset-resizer"); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		got, ok := RestoredManagedFields(c.live, recorded, "statefulset-resizer")
+		var managers []string
+		for _, e := range got {
+			managers = append(managers, e.Manager)
+			if e.Manager == "helm" && len(c.live) > 1 && c.live[1].Manager == "helm" && e.FieldsV1 == nil {
+				t.Errorf("%s: the recorded helm entry replaced the newer one", c.name)
+			}
 		}
+		if ok != c.wantOK || strings.Join(managers, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s: %v %v, want %v %v", c.name, managers, ok, c.want, c.wantOK)
+		}
+	}
+	if _, ok := RestoredManagedFields([]metav1.ManagedFieldsEntry{created}, nil, "statefulset-resizer"); ok {
+		t.Error("restored with nothing recorded")
 	}
 }
 

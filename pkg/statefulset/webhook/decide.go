@@ -19,14 +19,10 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
@@ -152,27 +148,13 @@ func recordDesire(old, req *object, changes []change) Decision {
 // Left to the apiserver instead, the update gets its usual error at once. The
 // first error only, to keep the warning short.
 func validateRequested(want []corev1.PersistentVolumeClaim, changes []change) error {
-	var errs field.ErrorList
 	for i, c := range changes {
 		path := field.NewPath("spec", "volumeClaimTemplates").Index(i)
-		if c.metadata {
-			// Label by label, in order, so that the error names the key (and is always the same).
-			for _, k := range slices.Sorted(maps.Keys(want[i].Labels)) {
-				errs = append(errs, metav1validation.ValidateLabels(map[string]string{k: want[i].Labels[k]}, path.Child("metadata", "labels").Key(k))...)
-			}
-			errs = append(errs, apivalidation.ValidateAnnotations(want[i].Annotations, path.Child("metadata", "annotations"))...)
-		}
-		if c.class && want[i].Spec.VolumeAttributesClassName != nil { // compareClass: unset, or a non-empty name
-			class := *want[i].Spec.VolumeAttributesClassName
-			for _, msg := range apivalidation.NameIsDNSSubdomain(class, false) {
-				errs = append(errs, field.Invalid(path.Child("spec", "volumeAttributesClassName"), class, msg))
-			}
+		if errs := desired.ValidateTemplate(&want[i], path, c.metadata, c.class); len(errs) > 0 {
+			return errs[0]
 		}
 	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return errs[0]
+	return nil
 }
 
 // clearDesire is rule 10: with the templates as they are live, a desire is
