@@ -35,8 +35,9 @@ build: ## build every binary of cmd/ into bin/
 	@mkdir -p $(BIN)
 	@for c in $(COMMANDS); do echo "go build $$c"; CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/$$c ./cmd/$$c || exit 1; done
 
-test: ## unit tests, with the race detector
-	$(GO) test -race -count=1 ./...
+test: ## unit tests, with the race detector; then the re-create's interleaving test, without it (it explores thousands of states)
+	$(GO) test -race -count=1 -skip '^TestRecreateInterleavings$$' ./...
+	$(GO) test -count=1 -run '^TestRecreateInterleavings$$' -v ./pkg/statefulset/controller/ | grep -E '^(---|ok|FAIL|PASS)|states|trace|^ {6,}|I[1-6]:|settled'; exit $${PIPESTATUS[0]}
 
 test-fuzz: ## run the decision fuzzers (expansion, modification, statefulset-resizer, its webhook), FUZZTIME each (default 30s)
 	$(GO) test ./pkg/expand -run '^$$' -fuzz '^FuzzPlanExpansion$$' -fuzztime $(FUZZTIME)

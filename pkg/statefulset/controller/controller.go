@@ -213,6 +213,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}
 	defer utilruntime.HandleCrashWithContext(ctx)
 	logger := klog.FromContext(ctx)
+	if err := c.otherInstall(ctx); err != nil {
+		return err
+	}
 	logger.Info("Starting controller", "controller", Name, "workers", workers)
 	defer logger.Info("Stopped controller", "controller", Name)
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -580,5 +581,36 @@ func TestConstructorAndRunErrors(t *testing.T) {
 	defer stop()
 	if err := ctrl.Run(runCtx, 1); err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// I6 at start-up: a Lease of another install, in another namespace and held,
+// stops this one with an error naming it; an expired one, or this install's
+// own, does not.
+func TestRunRefusesASecondInstall(t *testing.T) {
+	lease := func(namespace string, renewed time.Time) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: Name},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-1"), LeaseDurationSeconds: ptr.To[int32](15),
+				RenewTime: &metav1.MicroTime{Time: renewed}}}
+	}
+	now := time.Now()
+	for _, c := range []struct {
+		name    string
+		lease   *coordinationv1.Lease
+		refused bool
+	}{
+		{"held by another install", lease("other-install", now), true},
+		{"expired", lease("other-install", now.Add(-time.Minute)), false},
+		{"this install's own", lease(recordNS, now), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarnessWith(t, Options{}, c.lease)
+			ctx, cancel := context.WithTimeout(h.ctx, 200*time.Millisecond)
+			defer cancel()
+			err := h.ctrl.Run(ctx, 1)
+			if refused := err != nil; refused != c.refused || refused && !strings.Contains(err.Error(), "namespace other-install") {
+				t.Errorf("Run: %v, want refused %v naming the other install", err, c.refused)
+			}
+		})
 	}
 }

@@ -26,6 +26,11 @@ func sts(uid string, deleting bool, finalizers ...string) *appsv1.StatefulSet {
 	return s
 }
 
+func withRecordAnnotation(s *appsv1.StatefulSet, ref string) *appsv1.StatefulSet {
+	s.Annotations = map[string]string{RecordAnnotation: ref}
+	return s
+}
+
 // Every combination of what a restart can find, and the step it must take.
 // "Never two objects": the old object is deleted only while the record holds
 // its replacement, and a new object (another uid) is never deleted. "Never
@@ -58,10 +63,15 @@ func TestNext(t *testing.T) {
 		{"record, new object: killed before the record was deleted", sts("new", false), rec, false, Finish},
 		{"record, new object still wanting: finish first", sts("new", false), rec, true, Finish},
 		{"record, new object being deleted by someone: not ours to re-create", sts("new", true), rec, false, Finish},
+		{"record, new object with our finalizer deleted before Finish: Finish cancels", sts("new", true, Finalizer), rec, false, Finish},
+		{"record, old object deleted in the foreground by someone: cancel", sts("old", true, Finalizer, metav1.FinalizerDeleteDependents), rec, false, Cancel},
+		{"another install's re-create: leave it", withRecordAnnotation(sts("old", false, Finalizer), "ssr-two/x"), nil, true, Nothing},
+		{"another install's re-create, no longer wanted: not ours to abandon", withRecordAnnotation(sts("old", true, Finalizer), "ssr-two/x"), nil, false, Nothing},
+		{"this install's annotation: abandon as usual", withRecordAnnotation(sts("old", false, Finalizer), "ssr-system/x"), nil, false, Abandon},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Next(Input{StatefulSet: c.sts, Record: c.record, Wanted: c.wanted}); got != c.want {
+			if got := Next(Input{StatefulSet: c.sts, Record: c.record, Wanted: c.wanted, RecordNamespace: "ssr-system"}); got != c.want {
 				t.Fatalf("Next = %s, want %s", got, c.want)
 			}
 		})
