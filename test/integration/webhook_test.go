@@ -23,12 +23,12 @@ import (
 	"github.com/csi-resizer/csi-resizer/test/scenario"
 )
 
-// The admission side of statefulset-resizer's webhook on the real apiserver: statefulset-resizer
-// runs as a process with the shipped RBAC, generates its certificates into its Secret and
-// injects the CA bundle into the shipped MutatingWebhookConfiguration (registered here by URL on
-// 127.0.0.1 instead of a Service); kubectl is the user. The PVC side (growth, re-create) is
-// tested with the controller elsewhere; here no kube-controller-manager runs, so the controller
-// decides nothing and every change seen is the webhook's.
+// The admission side of statefulset-resizer's webhook on the real apiserver: `statefulset-resizer
+// webhook` runs as a process with the webhook's shipped ServiceAccount and RBAC, generates its
+// certificates into its Secret and injects the CA bundle into the shipped
+// MutatingWebhookConfiguration (registered here by URL on 127.0.0.1 instead of a Service);
+// kubectl is the user. The PVC side (growth, re-create) is tested with the controller elsewhere;
+// here no controller runs, so every change seen is the webhook's.
 
 // forbiddenTemplates is the apiserver's usual answer to a volumeClaimTemplates change.
 const forbiddenTemplates = "spec: Forbidden: updates to statefulset spec for fields other than"
@@ -41,7 +41,8 @@ type webhookEnv struct {
 
 func TestWebhook(t *testing.T) {
 	e := scenario.Start(t, scenario.Options{NoResizer: true})
-	w := startWebhook(t, e, scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace))
+	scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
+	w := startWebhook(t, e)
 
 	t.Run("ClientSideApply", w.testClientSideApply)
 	t.Run("ServerSideApply", w.testServerSideApply)
@@ -58,11 +59,11 @@ func TestWebhook(t *testing.T) {
 	t.Run("WebhookDownUsualError", w.testWebhookDown) // last: stops statefulset-resizer
 }
 
-// startWebhook runs statefulset-resizer with kubeconfig serving the webhook (plus args) and
-// the shipped configuration registered by URL, once the apiserver calls it (scenario.StartWebhook).
-func startWebhook(t *testing.T, e *scenario.Env, kubeconfig string, args ...string) *webhookEnv {
+// startWebhook runs `statefulset-resizer webhook` (plus args) with the shipped configuration
+// registered by URL, once the apiserver calls it (scenario.StartWebhook).
+func startWebhook(t *testing.T, e *scenario.Env, args ...string) *webhookEnv {
 	t.Helper()
-	return &webhookEnv{Env: e, dir: t.TempDir(), resizer: e.StartWebhook(t, kubeconfig, args...).Process}
+	return &webhookEnv{Env: e, dir: t.TempDir(), resizer: e.StartWebhook(t, args...).Process}
 }
 
 // manifest is a StatefulSet as a user keeps it in Git: one template "data" of size, opted in
