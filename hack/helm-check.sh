@@ -5,8 +5,9 @@
 #   - `helm lint --strict` with the default values and with webhook.enabled=false;
 #   - `helm template` renders exactly the objects listed below for both;
 #   - the Go test deploy/helm (chart_test.go): the RBAC equals the kustomize base's, the
-#     Deployment's args are statefulset-resizer flags and name the rendered objects, the
-#     MutatingWebhookConfiguration is the opt-in, failurePolicy Ignore one.
+#     Deployments' args are statefulset-resizer flags and name the rendered objects, the webhook
+#     runs with its own ServiceAccount, the MutatingWebhookConfiguration is the kustomize one
+#     (opt-in; failurePolicy Ignore, Fail for a StatefulSet with a pending change).
 # The server-side dry-run of the renders and the effective RBAC on a real kube-apiserver are
 # TestManifestsHelmChart (make manifests-check).
 #
@@ -51,7 +52,7 @@ check() {
   echo "helm-check: $name: [$got]"
 }
 
-check "default values" "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=1"
+check "default values" "ClusterRole=2 ClusterRoleBinding=2 Deployment=2 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=2"
 check "webhook.enabled=false" "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=2 RoleBinding=2 Service=1 ServiceAccount=1" --set webhook.enabled=false
 
 echo "helm-check: go test ./deploy/helm/"

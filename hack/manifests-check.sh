@@ -108,7 +108,7 @@ expect() { # DIR "Kind=N ..." [namespace-agnostic]
   fi
 }
 expect rbac "ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 ServiceAccount=1" namespace-agnostic
-expect statefulset-resizer "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=3 RoleBinding=3 Service=1 ServiceAccount=1" namespace-agnostic
+expect statefulset-resizer "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=2 RoleBinding=2 Service=1 ServiceAccount=1" namespace-agnostic
 expect monitoring "PrometheusRule=1 ServiceMonitor=2" namespace-agnostic
 expect monitoring/csi-resizer-service "Service=1" namespace-agnostic
 expect sidecar/examples/csi-hostpath "ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 Service=1 ServiceAccount=1 StatefulSet=1"
@@ -146,16 +146,20 @@ if render "$w" "$tmp/ns-node"; then
 fi
 w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/statefulset-resizer')
 render "$w" "$tmp/ns-sts" && check_subjects statefulset-resizer "$tmp/ns-sts" manifests-check
-# The webhook component: its configuration calls the Service in the user's namespace, and the
-# Deployment serves the port.
+# The webhook component: its own Deployment and ServiceAccount, its configuration calls the
+# Service in the user's namespace, its bindings get the namespace, and the controller's Deployment
+# does not serve the webhook.
 w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/statefulset-resizer\ncomponents:\n- @REL@/statefulset-resizer/webhook')
 if render "$w" "$tmp/ns-sts-webhook"; then
   got=$(counts "$tmp/ns-sts-webhook")
-  [[ "$got" == "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=1" ]] ||
+  [[ "$got" == "ClusterRole=2 ClusterRoleBinding=2 Deployment=2 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=2" ]] ||
     fail "statefulset-resizer + webhook renders [$got]"
-  [[ $(grep -c '^      namespace: manifests-check$' "$tmp/ns-sts-webhook") == 2 ]] ||
+  check_subjects "statefulset-resizer + webhook" "$tmp/ns-sts-webhook" manifests-check
+  [[ $(grep -c '^      namespace: manifests-check$' "$tmp/ns-sts-webhook") == 4 ]] ||
     fail "statefulset-resizer + webhook: the webhooks' clientConfig.service.namespace is not the kustomization's namespace"
-  grep -q -- '- --webhook-port=9443' "$tmp/ns-sts-webhook" || fail "statefulset-resizer + webhook: --webhook-port=9443 not on the Deployment"
+  [[ $(grep -c -- '- --webhook-port=9443' "$tmp/ns-sts-webhook") == 1 ]] || fail "statefulset-resizer + webhook: want --webhook-port=9443 once (the webhook's Deployment)"
+  grep -q -- '^        - webhook$' "$tmp/ns-sts-webhook" || fail "statefulset-resizer + webhook: the webhook's Deployment does not run the webhook subcommand"
+  grep -q 'serviceAccountName: statefulset-resizer-webhook$' "$tmp/ns-sts-webhook" || fail "statefulset-resizer + webhook: the webhook's Deployment does not run as statefulset-resizer-webhook"
 fi
 render "$deploy/sidecar/examples/csi-hostpath" "$tmp/hostpath" && check_subjects "sidecar/examples/csi-hostpath" "$tmp/hostpath" default
 

@@ -21,8 +21,10 @@ var klogFlags = map[string]bool{
 // parseFlags parses args into fs (pflag: flags may come before or after the arguments). On
 // an error it names the usual causes since statefulset-resizer moved from Go's flag package
 // to pflag: a long flag given with one dash (-kubeconfig, which Go's flag accepted and pflag
-// reads as the short flags k, u, b, ...), or one of klog's own flags.
-func parseFlags(fs *pflag.FlagSet, args []string) error {
+// reads as the short flags k, u, b, ...), or one of klog's own flags; and, when elsewhere
+// (may be nil) has something to say about a flag fs lacks, that it belongs to another mode
+// of the binary (the controller's flags given to the webhook, or the other way round).
+func parseFlags(fs *pflag.FlagSet, args []string, elsewhere func(name string) string) error {
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	if err == nil || errors.Is(err, pflag.ErrHelp) {
@@ -38,6 +40,10 @@ func parseFlags(fs *pflag.FlagSet, args []string) error {
 			return fmt.Errorf("%s: klog's own flags are not accepted: logs go to stderr, in the format of --logging-format=text|json, with -v and --vmodule (see --help)", arg)
 		case len(name) > 1 && strings.HasPrefix(arg, "-") && !strings.HasPrefix(arg, "--") && fs.Lookup(name) != nil:
 			return fmt.Errorf("%s: long flags take two dashes: use -%s (see --help)", arg, arg)
+		case elsewhere != nil && strings.HasPrefix(arg, "-") && fs.Lookup(name) == nil:
+			if msg := elsewhere(name); msg != "" {
+				return fmt.Errorf("--%s: %s", name, msg)
+			}
 		}
 	}
 	return fmt.Errorf("%w (see --help)", err)

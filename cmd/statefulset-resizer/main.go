@@ -1,7 +1,9 @@
 // Command statefulset-resizer reconciles the volume claim templates of
-// StatefulSets with their PVCs (KEP-661, with KEP-1790 recovery), and its
-// `wait` subcommand blocks a CI/CD job until a StatefulSet's volumes are
-// resized. See docs/statefulset-resizer.md.
+// StatefulSets with their PVCs (KEP-661, with KEP-1790 recovery); its
+// `webhook` subcommand serves the admission webhook that records template
+// changes, as a process of its own with its own ServiceAccount (it needs no
+// right on StatefulSets), and its `wait` subcommand blocks a CI/CD job until a
+// StatefulSet's volumes are resized. See docs/statefulset-resizer.md.
 package main
 
 import (
@@ -46,11 +48,13 @@ const command = "statefulset-resizer"
 const workerGrace = 10 * time.Second
 
 const usage = `Usage: statefulset-resizer [flags]
+       statefulset-resizer webhook [--webhook-port 9443] [flags] (see webhook --help)
        statefulset-resizer wait NAMESPACE/NAME [--timeout 5m] [--kubeconfig FILE] (see wait --help)
 
 Reconciles the volume claim templates of StatefulSets with their PVCs
-(docs/statefulset-resizer.md). Flags take two dashes (--kubeconfig); -v is the
-one short flag.
+(docs/statefulset-resizer.md). The admission webhook is not served here: it is
+the webhook subcommand, run as its own Deployment. Flags take two dashes
+(--kubeconfig); -v is the one short flag.
 
 Flags:
 `
@@ -64,12 +68,17 @@ func main() {
 // validate the other flags → run. From the logging step on, the reason the process stops is
 // logged in the chosen format (with --logging-format=json, a JSON object).
 func Main(args []string) int {
-	if len(args) > 0 && args[0] == "wait" {
-		return runWait(args[1:])
+	if len(args) > 0 {
+		switch args[0] {
+		case "wait":
+			return runWait(args[1:])
+		case "webhook":
+			return runWebhook(args[1:])
+		}
 	}
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	opts := addFlags(fs)
-	err := parseFlags(fs, args)
+	err := parseFlags(fs, args, webhookOnly)
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
 		fmt.Fprint(os.Stdout, usage, fs.FlagUsages())
@@ -77,7 +86,7 @@ func Main(args []string) int {
 	case err != nil:
 		return opts.logging.Fail(os.Stderr, 2, err)
 	case fs.NArg() > 0:
-		return opts.logging.Fail(os.Stderr, 2, fmt.Errorf("unexpected argument %q (the only subcommand is \"wait\"; see --help)", fs.Arg(0)))
+		return opts.logging.Fail(os.Stderr, 2, fmt.Errorf("unexpected argument %q (the subcommands are \"webhook\" and \"wait\", given first; see --help)", fs.Arg(0)))
 	case opts.showVersion:
 		fmt.Fprintln(os.Stdout, command, version)
 		return 0
@@ -116,7 +125,6 @@ type options struct {
 	httpEndpoint string
 	metricsPath  string
 
-	webhook         webhookOptions
 	recreate        bool
 	recordNamespace string
 
@@ -140,8 +148,7 @@ func addFlags(fs *pflag.FlagSet) *options {
 	fs.Var(&o.leaderElectionLabels, "leader-election-labels", "Labels added to the Lease while this replica leads, as key:value pairs separated by commas, e.g. 'team:storage,tier:control'.")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
 	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
-	addWebhookFlags(fs, &o.webhook)
-	fs.BoolVar(&o.recreate, "recreate", true, "Once the webhook recorded a volume claim template change of an opted-in StatefulSet (annotation csi-resizer.io/desired-volume-claim-templates), replace the StatefulSet by one with those templates right away (crash-safe orphan delete and create; pods and PVCs are kept). false: reconcile the PVCs with the annotation and keep the StatefulSet as it is (needs the webhook off). Re-creates already under way are finished either way.")
+	fs.BoolVar(&o.recreate, "recreate", true, "Once the webhook recorded a volume claim template change of an opted-in StatefulSet (annotation csi-resizer.io/desired-volume-claim-templates), replace the StatefulSet by one with those templates right away (crash-safe orphan delete and create; pods and PVCs are kept). false: reconcile the PVCs with the annotation and keep the StatefulSet as it is (needs the webhook uninstalled: the changes it accepts are applied by re-creating). Re-creates already under way are finished either way.")
 	fs.StringVar(&o.recordNamespace, "recreate-record-namespace", "", "Namespace of the re-create records (ConfigMaps): statefulset-resizer's own, where users cannot write. Defaults to the pod's namespace (POD_NAMESPACE, or the service account's); required out of a cluster.")
 	o.logging.AddFlags(fs)
 	return o
@@ -159,15 +166,6 @@ func (o *options) validate() error {
 		return fmt.Errorf("--resync-period must not be negative, got %s", o.resync)
 	case !strings.HasPrefix(o.metricsPath, "/"):
 		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
-	}
-	if err := o.webhook.validate(); err != nil {
-		return err
-	}
-	if !o.recreate && o.webhook.port != 0 {
-		// The webhook's changes are made by re-creating the StatefulSet: without
-		// it, a recorded change would stay an annotation that later updates of
-		// the object cannot see (docs/design.md §3.7 rule 8).
-		return fmt.Errorf("--recreate=false cannot be combined with --webhook-port: the changes the webhook accepts are applied by re-creating the StatefulSet")
 	}
 	if o.leaderElection {
 		// client-go's leader election refuses these; say it in one line naming the flags.
@@ -245,7 +243,7 @@ func run(ctx context.Context, o *options) error {
 
 	mux := http.NewServeMux()
 	if o.httpEndpoint != "" {
-		defer serveHTTP(logger, o, mux).Close()
+		defer serveHTTP(logger, o.httpEndpoint, o.metricsPath, mux).Close()
 	}
 	var elector *lifecycle.Elector
 	if o.leaderElection {
@@ -253,49 +251,25 @@ func run(ctx context.Context, o *options) error {
 			return err
 		}
 	}
-	return runUntilStopped(ctx, o, client, elector, func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
-}
-
-// runUntilStopped runs the controller (through lifecycle.Run: with an elector only while this
-// process leads) and, on every replica, the webhook, until ctx ends or one of them fails. On the
-// stop the two wind down side by side: the webhook drains (--webhook-shutdown-delay) while the
-// controller's workers finish and the Lease is released, so a standby takes over at once.
-func runUntilStopped(ctx context.Context, o *options, client kubernetes.Interface, elector *lifecycle.Elector, runController func(context.Context) error) error {
-	// stopping ends with the signal, or when the controller or the webhook fails: the process
-	// stops as a whole.
-	stopping, stop := context.WithCancel(ctx)
-	defer stop()
-	var served <-chan error
-	if o.webhook.port != 0 {
-		var err error
-		if served, err = startWebhook(stopping, &o.webhook, client, stop); err != nil {
-			return err
-		}
-	}
-	err := lifecycle.Run(stopping, workerGrace, elector, runController)
-	stop()
-	if served != nil {
-		if werr := <-served; werr != nil && err == nil {
-			err = werr
-		}
-	}
-	return err
+	// With an elector, the controller runs only while this process leads; on the stop its
+	// workers finish and the Lease is released, so a standby takes over at once.
+	return lifecycle.Run(ctx, workerGrace, elector, func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
 }
 
 // serveHTTP serves the metrics and /healthz (and, with leader election, its
 // health check, registered on mux later) on --http-endpoint; the process
 // exits if the endpoint fails.
-func serveHTTP(logger klog.Logger, o *options, mux *http.ServeMux) *http.Server {
-	mux.Handle(o.metricsPath, legacyregistry.Handler())
+func serveHTTP(logger klog.Logger, endpoint, metricsPath string, mux *http.ServeMux) *http.Server {
+	mux.Handle(metricsPath, legacyregistry.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	srv := &http.Server{Addr: o.httpEndpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: endpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "HTTP endpoint failed", "address", o.httpEndpoint)
+			logger.Error(err, "HTTP endpoint failed", "address", endpoint)
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		}
 	}()
-	logger.Info("Serving metrics", "address", o.httpEndpoint, "path", o.metricsPath)
+	logger.Info("Serving metrics", "address", endpoint, "path", metricsPath)
 	return srv
 }
 

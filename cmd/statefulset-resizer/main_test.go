@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -87,14 +88,33 @@ func TestVersionAndHelp(t *testing.T) {
 		"--leader-election-namespace", "--leader-election-lease-duration", "--leader-election-renew-deadline",
 		"--leader-election-retry-period", "--leader-election-labels", "--http-endpoint", "--metrics-path", "--resync-period",
 		"--version", "-v, --v", "--vmodule", "--logging-format", "--log-flush-frequency", "wait NAMESPACE/NAME",
-		"--webhook-port", "--webhook-service-name", "--webhook-namespace", "--webhook-host", "--webhook-secret-name",
-		"--webhook-configuration-name", "--webhook-tls-cert-file", "--webhook-tls-private-key-file", "--webhook-shutdown-delay"} {
+		"webhook [--webhook-port 9443]"} {
 		if !strings.Contains(out, f) {
 			t.Errorf("--help does not mention %q", f)
 		}
 	}
-	if strings.Contains(out, "logtostderr") {
-		t.Errorf("--help lists klog's own flags:\n%s", out)
+	if strings.Contains(out, "logtostderr") || regexp.MustCompile(`(?m)^\s+--webhook-`).MatchString(out) {
+		t.Errorf("--help lists klog's own flags or the webhook's:\n%s", out)
+	}
+	code, out, _ = runBinary(t, "webhook", "--help")
+	if code != 0 {
+		t.Errorf("webhook --help exit %d", code)
+	}
+	for _, f := range []string{"--kubeconfig", "--kube-api-qps", "--kube-api-burst", "--http-endpoint", "--metrics-path",
+		"--version", "-v, --v", "--logging-format", "no leader election",
+		"--webhook-port", "--webhook-service-name", "--webhook-namespace", "--webhook-host", "--webhook-secret-name",
+		"--webhook-configuration-name", "--webhook-tls-cert-file", "--webhook-tls-private-key-file", "--webhook-shutdown-delay"} {
+		if !strings.Contains(out, f) {
+			t.Errorf("webhook --help does not mention %q", f)
+		}
+	}
+	for _, f := range []string{"--leader-election", "--workers", "--recreate", "--resync-period"} {
+		if strings.Contains(out, f) {
+			t.Errorf("webhook --help lists the controller's %s", f)
+		}
+	}
+	if code, out, _ = runBinary(t, "webhook", "--version"); code != 0 || out != "statefulset-resizer dev\n" {
+		t.Errorf("webhook --version: %d %q", code, out)
 	}
 	code, out, _ = runBinary(t, "wait", "--help")
 	if code != 0 || !strings.Contains(out, "Exit codes") || !strings.Contains(out, "--timeout") || !strings.Contains(out, "--logging-format") {
@@ -110,9 +130,7 @@ func TestFlagDefaults(t *testing.T) {
 	}
 	want := options{workers: 10, qps: 5, burst: 10, resync: 10 * time.Minute, leaseDuration: 15 * time.Second,
 		renewDeadline: 10 * time.Second, retryPeriod: 5 * time.Second, metricsPath: "/metrics", leaderElectionLabels: labelMap{},
-		webhook: webhookOptions{serviceName: "statefulset-resizer", secretName: "statefulset-resizer-webhook-tls",
-			configurationName: "statefulset-resizer", checkInterval: time.Minute, shutdownDelay: 10 * time.Second}, recreate: true,
-		logging: o.logging}
+		recreate: true, logging: o.logging}
 	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
 		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
 	}
@@ -126,14 +144,32 @@ func TestFlagDefaults(t *testing.T) {
 	if o.logging.Config.Format != "text" || o.logging.Config.Verbosity != 0 {
 		t.Errorf("logging defaults %q -v=%d, want text and 0", o.logging.Config.Format, o.logging.Config.Verbosity)
 	}
-	if err := fs.Parse([]string{"--webhook-host", "127.0.0.1,a.example", "--webhook-host", "::1"}); err != nil || o.webhook.hosts.String() != "127.0.0.1,a.example,::1" {
-		t.Errorf("hosts: %v %v", o.webhook.hosts, err)
-	}
 	if err := fs.Parse([]string{"--leader-election-labels", "a:b,c:d"}); err != nil || o.leaderElectionLabels["a"] != "b" || o.leaderElectionLabels["c"] != "d" {
 		t.Errorf("labels: %v %v", o.leaderElectionLabels, err)
 	}
 	if err := fs.Parse([]string{"-v=4", "--recreate=false"}); err != nil || o.logging.Config.Verbosity != 4 || o.recreate {
 		t.Errorf("-v=4 --recreate=false: -v=%d recreate=%t %v", o.logging.Config.Verbosity, o.recreate, err)
+	}
+}
+
+func TestWebhookFlagDefaults(t *testing.T) {
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	o := addWebhookModeFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	want := webhookModeOptions{qps: 5, burst: 10, metricsPath: "/metrics",
+		webhook: webhookOptions{port: 9443, serviceName: "statefulset-resizer", secretName: "statefulset-resizer-webhook-tls",
+			configurationName: "statefulset-resizer", checkInterval: time.Minute, shutdownDelay: 10 * time.Second},
+		logging: o.logging}
+	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
+		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
+	}
+	if err := o.validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
+	}
+	if err := fs.Parse([]string{"--webhook-host", "127.0.0.1,a.example", "--webhook-host", "::1"}); err != nil || o.webhook.hosts.String() != "127.0.0.1,a.example,::1" {
+		t.Errorf("hosts: %v %v", o.webhook.hosts, err)
 	}
 }
 
@@ -154,19 +190,27 @@ func TestBadInput(t *testing.T) {
 		{[]string{"--leader-election", "--leader-election-retry-period", "9s"}, 2, "renew-deadline (10s) must be greater than 1.2"},
 		{[]string{"--leader-election-labels", "novalue"}, 2, "malformed label"},
 		{[]string{"--no-such-flag"}, 2, "unknown flag: --no-such-flag"},
-		{[]string{"--webhook-port", "70000"}, 2, "--webhook-port must be between 0 (webhook off) and 65535"},
-		{[]string{"--webhook-tls-cert-file", "c.pem", "--webhook-tls-private-key-file", "k.pem"}, 2, "need --webhook-port (the webhook is off)"},
-		{[]string{"--webhook-host", "127.0.0.1"}, 2, "--webhook-host needs --webhook-port"},
-		{[]string{"--webhook-port", "9443", "--webhook-tls-cert-file", "c.pem"}, 2, "go together: give both"},
-		{[]string{"--webhook-port", "9443", "--webhook-tls-cert-file", "c.pem", "--webhook-tls-private-key-file", "k.pem", "--webhook-host", "a.example"}, 2, "--webhook-host is for generated certificates"},
-		{[]string{"--webhook-port", "9443", "--webhook-service-name", ""}, 2, "--webhook-service-name must not be empty"},
-		{[]string{"--webhook-port", "9443", "--webhook-certificate-check-interval", "0s"}, 2, "--webhook-certificate-check-interval must be positive"},
-		{[]string{"--webhook-shutdown-delay=-1s"}, 2, "--webhook-shutdown-delay must not be negative"},
-		{[]string{"--webhook-host", "a b"}, 2, `malformed host "a b"`},
-		{[]string{"--webhook-port", "9443", "--recreate=false"}, 2, "--recreate=false cannot be combined with --webhook-port"},
+		// The controller does not serve the webhook any more: its flags name the subcommand.
+		{[]string{"--webhook-port", "9443"}, 2, "--webhook-port: the admission webhook is not served by the controller any more; run it as its own process (its own Deployment and ServiceAccount): statefulset-resizer webhook --webhook-port=..."},
+		{[]string{"--workers=2", "--webhook-shutdown-delay=10s"}, 2, "statefulset-resizer webhook --webhook-shutdown-delay=..."},
+		{[]string{"webhook", "--webhook-port", "70000"}, 2, "--webhook-port must be between 1 and 65535"},
+		{[]string{"webhook", "--webhook-port", "0"}, 2, "--webhook-port must be between 1 and 65535"},
+		{[]string{"webhook", "--webhook-tls-cert-file", "c.pem"}, 2, "go together: give both"},
+		{[]string{"webhook", "--webhook-tls-cert-file", "c.pem", "--webhook-tls-private-key-file", "k.pem", "--webhook-host", "a.example"}, 2, "--webhook-host is for generated certificates"},
+		{[]string{"webhook", "--webhook-service-name", ""}, 2, "--webhook-service-name must not be empty"},
+		{[]string{"webhook", "--webhook-certificate-check-interval", "0s"}, 2, "--webhook-certificate-check-interval must be positive"},
+		{[]string{"webhook", "--webhook-shutdown-delay=-1s"}, 2, "--webhook-shutdown-delay must not be negative"},
+		{[]string{"webhook", "--webhook-host", "a b"}, 2, `malformed host "a b"`},
+		{[]string{"webhook", "--kube-api-qps", "0"}, 2, "--kube-api-qps must be positive"},
+		{[]string{"webhook", "extra"}, 2, `unexpected argument "extra"`},
+		// The controller's flags given to the webhook say so.
+		{[]string{"webhook", "--leader-election"}, 2, "--leader-election: is a flag of the controller (statefulset-resizer without a subcommand); the webhook has no leader election"},
+		{[]string{"webhook", "--recreate=false"}, 2, "--recreate: is a flag of the controller (statefulset-resizer without a subcommand), not of the webhook subcommand"},
+		{[]string{"webhook", "--logtostderr"}, 2, "klog's own flags are not accepted"},
+		{[]string{"webhook", "-webhook-port=9443"}, 2, "use --webhook-port=9443"},
 		{[]string{"--logging-format=xml"}, 2, "--logging-format"},
 		{[]string{"--logging-format=json", "--vmodule=controller=4"}, 2, "--vmodule"},
-		{[]string{"run"}, 2, `unexpected argument "run"`},
+		{[]string{"run"}, 2, `unexpected argument "run" (the subcommands are "webhook" and "wait", given first`},
 		// Go's flag package took single-dash long flags; pflag reads them as short flags.
 		{[]string{"-kubeconfig=/k"}, 2, "-kubeconfig=/k: long flags take two dashes: use --kubeconfig=/k"},
 		{[]string{"--workers=2", "-leader-election"}, 2, "use --leader-election"},
@@ -194,8 +238,8 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit %d and one line containing %q", code, out, errOut, tc.code, tc.want)
 			}
 			prefix := command + ": "
-			if tc.args[0] == "wait" {
-				prefix = command + " wait: "
+			if tc.args[0] == "wait" || tc.args[0] == "webhook" {
+				prefix = command + " " + tc.args[0] + ": "
 			}
 			if !strings.HasPrefix(errOut, prefix) {
 				t.Errorf("stderr %q does not start with %q", errOut, prefix)
@@ -214,7 +258,7 @@ func TestJSONStderr(t *testing.T) {
 		want string
 	}{
 		{[]string{"--logging-format=json", "--workers=0"}, 2, "--workers must be positive"},
-		{[]string{"--logging-format=json", "--webhook-shutdown-delay=-1s"}, 2, "--webhook-shutdown-delay"},
+		{[]string{"webhook", "--logging-format=json", "--webhook-shutdown-delay=-1s"}, 2, "--webhook-shutdown-delay"},
 		{[]string{"wait", "--logging-format=json"}, 3, "missing NAMESPACE/NAME"},
 		{[]string{"wait", "a/b", "--logging-format=json", "--kubeconfig=/nonexistent/kubeconfig"}, 3, "/nonexistent/kubeconfig"},
 	} {

@@ -65,7 +65,7 @@ func runWait(args []string) int {
 	fs := pflag.NewFlagSet(command+" wait", pflag.ContinueOnError)
 	o := addWaitFlags(fs)
 	failed := int(wait.Failed)
-	switch err := parseFlags(fs, args); {
+	switch err := parseFlags(fs, args, nil); {
 	case errors.Is(err, pflag.ErrHelp):
 		fmt.Fprint(os.Stdout, waitUsage, fs.FlagUsages())
 		return 0

@@ -3,20 +3,169 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/webhook"
 )
+
+const webhookUsage = `Usage: statefulset-resizer webhook [--webhook-port 9443] [flags]
+
+Serves statefulset-resizer's mutating admission webhook (HTTPS, path ` + webhook.Path + `):
+an update of an opted-in StatefulSet that changes its volumeClaimTemplates' sizes,
+classes, labels or annotations keeps the live templates and records the new ones
+in the annotation csi-resizer.io/desired-volume-claim-templates, which the
+controller (statefulset-resizer without a subcommand, another Deployment) acts
+on. Every replica answers; there is no leader election. The decision is made
+from the admission request alone: the only API calls are those of the
+generated certificate (its Secret, the caBundle of --webhook-configuration-name),
+none with --webhook-tls-cert-file. docs/statefulset-resizer.md, "Webhook".
+
+Flags:
+`
+
+// webhookModeOptions are the flags of the webhook subcommand: the webhook's own, plus the
+// client, HTTP endpoint and logging flags it shares with the controller.
+type webhookModeOptions struct {
+	showVersion  bool
+	kubeconfig   string
+	qps          float64
+	burst        int
+	httpEndpoint string
+	metricsPath  string
+	webhook      webhookOptions
+	logging      *logging.Logging
+}
+
+func addWebhookModeFlags(fs *pflag.FlagSet) *webhookModeOptions {
+	o := &webhookModeOptions{logging: logging.New(command + " webhook")}
+	fs.BoolVar(&o.showVersion, "version", false, "Show version.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
+	fs.Float64Var(&o.qps, "kube-api-qps", 5, "QPS to use while communicating with the kubernetes apiserver.")
+	fs.IntVar(&o.burst, "kube-api-burst", 10, "Burst to use while communicating with the kubernetes apiserver.")
+	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and /healthz (example: `:8080`). Empty disables it.")
+	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+	addWebhookFlags(fs, &o.webhook)
+	o.logging.AddFlags(fs)
+	return o
+}
+
+// controllerOnly names, for a flag the webhook subcommand lacks, the controller's flag it is.
+func controllerOnly(name string) string {
+	if !isControllerFlag(name) {
+		return ""
+	}
+	if strings.HasPrefix(name, "leader-election") {
+		return "is a flag of the controller (statefulset-resizer without a subcommand); the webhook has no leader election: every replica answers the apiserver"
+	}
+	return "is a flag of the controller (statefulset-resizer without a subcommand), not of the webhook subcommand (see webhook --help)"
+}
+
+// isControllerFlag reports whether name is one of the controller's flags.
+func isControllerFlag(name string) bool {
+	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
+	addFlags(fs)
+	return fs.Lookup(name) != nil
+}
+
+// webhookOnly names, for a flag the controller lacks, the webhook subcommand that has it: the
+// controller served the webhook itself (--webhook-port) before the two were split.
+func webhookOnly(name string) string {
+	if !strings.HasPrefix(name, "webhook-") {
+		return ""
+	}
+	return "the admission webhook is not served by the controller any more; run it as its own process (its own Deployment and ServiceAccount): statefulset-resizer webhook --" + name + "=... (docs/statefulset-resizer.md, \"Webhook\")"
+}
+
+// runWebhook is the webhook subcommand; it returns the exit code. Start-up as the
+// controller's: parse (exit 2), --help / --version, apply logging, validate, run.
+func runWebhook(args []string) int {
+	fs := pflag.NewFlagSet(command+" webhook", pflag.ContinueOnError)
+	o := addWebhookModeFlags(fs)
+	err := parseFlags(fs, args, controllerOnly)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		fmt.Fprint(os.Stdout, webhookUsage, fs.FlagUsages())
+		return 0
+	case err != nil:
+		return o.logging.Fail(os.Stderr, 2, err)
+	case fs.NArg() > 0:
+		return o.logging.Fail(os.Stderr, 2, fmt.Errorf("unexpected argument %q (see webhook --help)", fs.Arg(0)))
+	case o.showVersion:
+		fmt.Fprintln(os.Stdout, command, version)
+		return 0
+	}
+	if err := o.logging.Apply(); err != nil {
+		return o.logging.Fail(os.Stderr, 2, err)
+	}
+	if err := o.validate(); err != nil {
+		return o.logging.Fail(os.Stderr, 2, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	klog.FromContext(ctx).Info("Starting", "command", command, "mode", "webhook", "version", version)
+	if err := serveWebhookMode(ctx, o); err != nil {
+		return o.logging.Fail(os.Stderr, 1, err)
+	}
+	klog.Flush()
+	return 0
+}
+
+func (o *webhookModeOptions) validate() error {
+	switch {
+	case o.qps <= 0:
+		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.qps)
+	case o.burst < 1:
+		return fmt.Errorf("--kube-api-burst must be positive, got %d", o.burst)
+	case !strings.HasPrefix(o.metricsPath, "/"):
+		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
+	}
+	return o.webhook.validate()
+}
+
+// serveWebhookMode serves the webhook (and the HTTP endpoint) until ctx ends, then drains
+// for --webhook-shutdown-delay; a failure of the server stops it at once.
+func serveWebhookMode(ctx context.Context, o *webhookModeOptions) error {
+	var client kubernetes.Interface
+	if o.webhook.certFile == "" {
+		// Only the generated certificate calls the API (webhook.CertManager).
+		config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		if err != nil {
+			return fmt.Errorf("building the Kubernetes client config (check --kubeconfig): %w", err)
+		}
+		config.QPS, config.Burst = float32(o.qps), o.burst
+		if client, err = kubernetes.NewForConfig(rest.AddUserAgent(config, command+"-webhook")); err != nil {
+			return fmt.Errorf("creating the Kubernetes client: %w", err)
+		}
+	}
+	if o.httpEndpoint != "" {
+		defer serveHTTP(klog.FromContext(ctx), o.httpEndpoint, o.metricsPath, http.NewServeMux()).Close()
+	}
+	// stopping ends with the signal, or when the server fails.
+	stopping, stop := context.WithCancel(ctx)
+	defer stop()
+	served, err := startWebhook(stopping, &o.webhook, client, stop)
+	if err != nil {
+		return err
+	}
+	return <-served
+}
 
 // webhookOptions are the flags of the admission webhook (docs/statefulset-resizer.md, "Webhook").
 type webhookOptions struct {
@@ -38,7 +187,7 @@ type webhookOptions struct {
 const certificateValidity = 365 * 24 * time.Hour
 
 func addWebhookFlags(fs *pflag.FlagSet, o *webhookOptions) {
-	fs.IntVar(&o.port, "webhook-port", 0, "Port of the admission webhook (HTTPS, path "+webhook.Path+"), served by every replica. 0 disables the webhook.")
+	fs.IntVar(&o.port, "webhook-port", 9443, "Port of the admission webhook (HTTPS, path "+webhook.Path+" and readiness "+webhook.ReadyPath+"), served by every replica.")
 	fs.StringVar(&o.serviceName, "webhook-service-name", "statefulset-resizer", "Service through which the apiserver calls the webhook: the generated serving certificate is for <name>.<namespace>.svc.")
 	fs.StringVar(&o.namespace, "webhook-namespace", "", "Namespace of the webhook's Service and certificate Secret. Defaults to the pod's namespace (POD_NAMESPACE, or the service account's).")
 	fs.Var(&o.hosts, "webhook-host", "Extra DNS name or IP address of the generated serving certificate (repeatable, or a comma-separated list), e.g. 127.0.0.1 for a webhook registered by URL.")
@@ -47,22 +196,16 @@ func addWebhookFlags(fs *pflag.FlagSet, o *webhookOptions) {
 	fs.StringVar(&o.certFile, "webhook-tls-cert-file", "", "Serving certificate of the webhook (PEM), e.g. from cert-manager, re-read when it changes. With --webhook-tls-private-key-file, replaces the generated certificates: no Secret is written and no CA bundle injected.")
 	fs.StringVar(&o.keyFile, "webhook-tls-private-key-file", "", "Private key (PEM) of --webhook-tls-cert-file.")
 	fs.DurationVar(&o.checkInterval, "webhook-certificate-check-interval", time.Minute, "How often the generated certificates and the injected CA bundle are checked (renewal, a configuration re-applied without the bundle).")
-	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 10*time.Second, "After SIGTERM, how long the webhook is still served while its readiness ("+webhook.ReadyPath+") fails, so that the Service stops sending the apiserver's calls to this replica before it goes. The pod's terminationGracePeriodSeconds must exceed it: the shipped manifests give 30s more (the workers' "+workerGrace.String()+", the Lease release within --leader-election-renew-deadline, margin).")
+	fs.DurationVar(&o.shutdownDelay, "webhook-shutdown-delay", 10*time.Second, "After SIGTERM, how long the webhook is still served while its readiness ("+webhook.ReadyPath+") fails, so that the Service stops sending the apiserver's calls to this replica before it goes. The pod's terminationGracePeriodSeconds must exceed it: the shipped manifests give 20s more (requests under way, 5s at most, and margin).")
 }
 
 func (o *webhookOptions) validate() error {
 	files := o.certFile != "" || o.keyFile != ""
 	switch {
-	case o.port < 0 || o.port > 65535:
-		return fmt.Errorf("--webhook-port must be between 0 (webhook off) and 65535, got %d", o.port)
-	case o.port == 0 && files:
-		return fmt.Errorf("--webhook-tls-cert-file and --webhook-tls-private-key-file need --webhook-port (the webhook is off)")
+	case o.port < 1 || o.port > 65535:
+		return fmt.Errorf("--webhook-port must be between 1 and 65535, got %d", o.port)
 	case o.shutdownDelay < 0:
 		return fmt.Errorf("--webhook-shutdown-delay must not be negative, got %s", o.shutdownDelay)
-	case o.port == 0 && len(o.hosts) > 0:
-		return fmt.Errorf("--webhook-host needs --webhook-port (the webhook is off)")
-	case o.port == 0:
-		return nil
 	case (o.certFile == "") != (o.keyFile == ""):
 		return fmt.Errorf("--webhook-tls-cert-file and --webhook-tls-private-key-file go together: give both, or neither to have the certificates generated")
 	case files && len(o.hosts) > 0:

@@ -7,7 +7,6 @@ package helm
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/webhook"
 )
 
@@ -42,20 +42,32 @@ const (
 	webhookPath = "/mutate-statefulset-volume-claim-templates"
 )
 
-// knownFlags are the flags of `statefulset-resizer --help`: the controller's, component-base's
-// logging flags (as csi-resizer's), --recreate and the webhook's. A chart arg naming anything
-// else would stop the binary at start ("unknown flag").
-var knownFlags = []string{
-	"version", "kubeconfig", "workers", "kube-api-qps", "kube-api-burst", "resync-period",
-	"leader-election", "leader-election-namespace", "leader-election-lease-duration",
-	"leader-election-renew-deadline", "leader-election-retry-period", "leader-election-labels",
-	"http-endpoint", "metrics-path",
-	"logging-format", "v", "vmodule", "log-flush-frequency",
-	"recreate",
-	"webhook-port", "webhook-service-name", "webhook-namespace", "webhook-secret-name",
-	"webhook-configuration-name", "webhook-host", "webhook-tls-cert-file", "webhook-tls-private-key-file",
-	"webhook-certificate-check-interval", "webhook-shutdown-delay",
-}
+// controllerFlags are the flags of `statefulset-resizer --help`: the controller's and
+// component-base's logging flags (as csi-resizer's). webhookFlags are those of `statefulset-resizer
+// webhook --help`. A chart arg naming anything else would stop the binary at start.
+var (
+	controllerFlags = []string{
+		"version", "kubeconfig", "workers", "kube-api-qps", "kube-api-burst", "resync-period",
+		"leader-election", "leader-election-namespace", "leader-election-lease-duration",
+		"leader-election-renew-deadline", "leader-election-retry-period", "leader-election-labels",
+		"http-endpoint", "metrics-path",
+		"logging-format", "v", "vmodule", "log-flush-frequency",
+		"recreate", "recreate-record-namespace",
+	}
+	webhookFlags = []string{
+		"version", "kubeconfig", "kube-api-qps", "kube-api-burst", "http-endpoint", "metrics-path",
+		"logging-format", "v", "vmodule", "log-flush-frequency",
+		"webhook-port", "webhook-service-name", "webhook-namespace", "webhook-secret-name",
+		"webhook-configuration-name", "webhook-host", "webhook-tls-cert-file", "webhook-tls-private-key-file",
+		"webhook-certificate-check-interval", "webhook-shutdown-delay",
+	}
+)
+
+// The Deployments' names with the release name statefulset-resizer (the kustomize base's).
+const (
+	controllerDeployment = release
+	webhookDeployment    = release + "-webhook"
+)
 
 var helmPath struct {
 	once sync.Once
@@ -154,9 +166,8 @@ func render(t *testing.T, set ...string) []object {
 	return splitDocs(t, fmt.Sprintf("helm template --set %v", set), out)
 }
 
-// baseObjects reads the objects of the kustomize base and of its webhook component, when there
-// is one (kustomize only adds the namespace and the part-of label to them; the component's
-// JSON patch of the Deployment is checked through the args and ports instead).
+// baseObjects reads the objects of the kustomize base and of its webhook component (kustomize
+// only adds the namespace and the part-of label to them).
 func baseObjects(t *testing.T) []object {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(base, "*.yaml"))
@@ -305,30 +316,40 @@ func TestChartRBACEqualsKustomizeBase(t *testing.T) {
 
 	noLeader := map[string][]string{}
 	for key, ps := range want {
-		if !slices.ContainsFunc(ps, func(p string) bool { return strings.HasSuffix(p, "coordination.k8s.io/leases") }) {
+		// The leader-election Role writes the Lease; the ClusterRole's list (the one-install check) stays.
+		if !slices.Contains(ps, "update coordination.k8s.io/leases") {
 			noLeader[key] = ps
 		}
 	}
 	diffRoles(t, "replicas=1,leaderElection.enabled=false", roles(t, render(t, "replicas=1", "leaderElection.enabled=false")), noLeader)
 }
 
-// Every role is bound to the chart's ServiceAccount in the release namespace, and every binding
-// refers to a rendered role.
+// Every role is bound to one of the chart's ServiceAccounts in the release namespace (the webhook's
+// roles to the webhook's, the others to the controller's), and every binding refers to a
+// rendered role.
 func TestChartBindings(t *testing.T) {
 	helmBinary(t) // skips, or fails under CI=true, without helm
-	for _, set := range [][]string{nil, {"webhook.enabled=false"}, {"serviceAccount.create=false", "serviceAccount.name=existing"}} {
-		t.Run(strings.Join(set, ","), func(t *testing.T) {
-			objs := render(t, set...)
-			sa := release
-			if len(set) == 2 {
-				sa = "existing"
-				for _, o := range objs {
-					if o.Kind == "ServiceAccount" {
-						t.Errorf("serviceAccount.create=false renders ServiceAccount %q", o.Metadata.Name)
-					}
+	for _, c := range []struct {
+		set                 []string
+		controller, webhook string
+		// created are the ServiceAccounts the chart renders.
+		created []string
+	}{
+		{nil, release, release + "-webhook", []string{release, release + "-webhook"}},
+		{[]string{"webhook.enabled=false"}, release, "", []string{release}},
+		{[]string{"serviceAccount.create=false", "serviceAccount.name=existing"}, "existing", release + "-webhook", []string{release + "-webhook"}},
+		{[]string{"webhook.serviceAccount.create=false", "webhook.serviceAccount.name=existing-webhook"}, release, "existing-webhook", []string{release}},
+	} {
+		t.Run(strings.Join(c.set, ","), func(t *testing.T) {
+			objs := render(t, c.set...)
+			var created []string
+			for _, o := range objs {
+				if o.Kind == "ServiceAccount" {
+					created = append(created, o.Metadata.Name)
 				}
-			} else {
-				find(t, objs, "ServiceAccount", sa)
+			}
+			if !slices.Equal(created, c.created) {
+				t.Errorf("ServiceAccounts rendered: %v, want %v", created, c.created)
 			}
 			rs := roles(t, objs)
 			bound := map[string]bool{}
@@ -343,6 +364,10 @@ func TestChartBindings(t *testing.T) {
 					t.Errorf("%s refers to %s, which the chart does not render", o.key(), ref)
 				}
 				bound[ref] = true
+				sa := c.controller
+				if strings.Contains(b.RoleRef.Name, "webhook") {
+					sa = c.webhook
+				}
 				want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}
 				if !reflect.DeepEqual(b.Subjects, want) {
 					t.Errorf("%s subjects %+v, want %+v", o.key(), b.Subjects, want)
@@ -382,44 +407,8 @@ func TestChartMatchesKustomizeBaseObjects(t *testing.T) {
 		}
 	}
 
-	var bd, cd appsv1.Deployment
-	decode(t, find(t, baseObjects(t), "Deployment", "statefulset-resizer"), &bd)
-	decode(t, find(t, objs, "Deployment", "statefulset-resizer"), &cd)
-	if *cd.Spec.Replicas != *bd.Spec.Replicas || *cd.Spec.RevisionHistoryLimit != *bd.Spec.RevisionHistoryLimit {
-		t.Errorf("Deployment replicas/revisionHistoryLimit %d/%d, the base has %d/%d",
-			*cd.Spec.Replicas, *cd.Spec.RevisionHistoryLimit, *bd.Spec.Replicas, *bd.Spec.RevisionHistoryLimit)
-	}
-	bp, cp := bd.Spec.Template.Spec, cd.Spec.Template.Spec
-	for field, pair := range map[string][2]any{
-		"serviceAccountName":        {bp.ServiceAccountName, cp.ServiceAccountName},
-		"pod securityContext":       {bp.SecurityContext, cp.SecurityContext},
-		"number of containers":      {len(bp.Containers), len(cp.Containers)},
-		"container name":            {bp.Containers[0].Name, cp.Containers[0].Name},
-		"image":                     {bp.Containers[0].Image, cp.Containers[0].Image},
-		"command":                   {bp.Containers[0].Command, cp.Containers[0].Command},
-		"livenessProbe":             {bp.Containers[0].LivenessProbe, cp.Containers[0].LivenessProbe},
-		"resources":                 {bp.Containers[0].Resources, cp.Containers[0].Resources},
-		"container securityContext": {bp.Containers[0].SecurityContext, cp.Containers[0].SecurityContext},
-		"terminationMessagePolicy":  {bp.Containers[0].TerminationMessagePolicy, cp.Containers[0].TerminationMessagePolicy},
-	} {
-		if !reflect.DeepEqual(pair[0], pair[1]) {
-			t.Errorf("Deployment %s differs from the kustomize base:\n chart: %+v\n base:  %+v", field, pair[1], pair[0])
-		}
-	}
-	for _, a := range bp.Containers[0].Args {
-		if !slices.Contains(cp.Containers[0].Args, a) {
-			t.Errorf("Deployment args %v lack the kustomize base's %q", cp.Containers[0].Args, a)
-		}
-	}
-	for _, p := range bp.Containers[0].Ports {
-		if !slices.Contains(cp.Containers[0].Ports, p) {
-			t.Errorf("Deployment ports %+v lack the kustomize base's %+v", cp.Containers[0].Ports, p)
-		}
-	}
-	for k, v := range bd.Spec.Selector.MatchLabels {
-		if cd.Spec.Selector.MatchLabels[k] != v {
-			t.Errorf("Deployment selector %v does not include the base's %s=%s", cd.Spec.Selector.MatchLabels, k, v)
-		}
+	for _, name := range []string{controllerDeployment, webhookDeployment} {
+		compareDeployment(t, name, objs)
 	}
 
 	var bs, cs corev1.Service
@@ -430,33 +419,80 @@ func TestChartMatchesKustomizeBaseObjects(t *testing.T) {
 	}
 }
 
-// deployment decodes the render's only Deployment.
-func deployment(t *testing.T, objs []object) appsv1.Deployment {
+// compareDeployment checks that the chart's Deployment name has the kustomize base's pod and
+// container settings, and the base's args and ports among its own.
+func compareDeployment(t *testing.T, name string, objs []object) {
 	t.Helper()
-	var ds []appsv1.Deployment
-	for _, o := range objs {
-		if o.Kind == "Deployment" {
-			var d appsv1.Deployment
-			decode(t, o, &d)
-			ds = append(ds, d)
+	var bd, cd appsv1.Deployment
+	decode(t, find(t, baseObjects(t), "Deployment", name), &bd)
+	decode(t, find(t, objs, "Deployment", name), &cd)
+	if *cd.Spec.Replicas != *bd.Spec.Replicas || *cd.Spec.RevisionHistoryLimit != *bd.Spec.RevisionHistoryLimit {
+		t.Errorf("Deployment %s replicas/revisionHistoryLimit %d/%d, the base has %d/%d", name,
+			*cd.Spec.Replicas, *cd.Spec.RevisionHistoryLimit, *bd.Spec.Replicas, *bd.Spec.RevisionHistoryLimit)
+	}
+	bp, cp := bd.Spec.Template.Spec, cd.Spec.Template.Spec
+	for field, pair := range map[string][2]any{
+		"serviceAccountName":            {bp.ServiceAccountName, cp.ServiceAccountName},
+		"terminationGracePeriodSeconds": {bp.TerminationGracePeriodSeconds, cp.TerminationGracePeriodSeconds},
+		"pod securityContext":           {bp.SecurityContext, cp.SecurityContext},
+		"number of containers":          {len(bp.Containers), len(cp.Containers)},
+		"container name":                {bp.Containers[0].Name, cp.Containers[0].Name},
+		"image":                         {bp.Containers[0].Image, cp.Containers[0].Image},
+		"command":                       {bp.Containers[0].Command, cp.Containers[0].Command},
+		"livenessProbe":                 {bp.Containers[0].LivenessProbe, cp.Containers[0].LivenessProbe},
+		"readinessProbe":                {bp.Containers[0].ReadinessProbe, cp.Containers[0].ReadinessProbe},
+		"resources":                     {bp.Containers[0].Resources, cp.Containers[0].Resources},
+		"container securityContext":     {bp.Containers[0].SecurityContext, cp.Containers[0].SecurityContext},
+		"terminationMessagePolicy":      {bp.Containers[0].TerminationMessagePolicy, cp.Containers[0].TerminationMessagePolicy},
+	} {
+		if !reflect.DeepEqual(pair[0], pair[1]) {
+			t.Errorf("Deployment %s: %s differs from the kustomize base:\n chart: %+v\n base:  %+v", name, field, pair[1], pair[0])
 		}
 	}
-	if len(ds) != 1 {
-		t.Fatalf("%d Deployments rendered, want 1", len(ds))
+	for _, a := range bp.Containers[0].Args {
+		if !slices.Contains(cp.Containers[0].Args, a) {
+			t.Errorf("Deployment %s args %v lack the kustomize base's %q", name, cp.Containers[0].Args, a)
+		}
 	}
-	return ds[0]
+	for _, p := range bp.Containers[0].Ports {
+		if !slices.Contains(cp.Containers[0].Ports, p) {
+			t.Errorf("Deployment %s ports %+v lack the kustomize base's %+v", name, cp.Containers[0].Ports, p)
+		}
+	}
+	for k, v := range bd.Spec.Selector.MatchLabels {
+		if cd.Spec.Selector.MatchLabels[k] != v {
+			t.Errorf("Deployment %s selector %v does not include the base's %s=%s", name, cd.Spec.Selector.MatchLabels, k, v)
+		}
+	}
 }
 
-// deploymentArgs returns the container's args, failing on any arg that is not a flag of
-// statefulset-resizer.
-func deploymentArgs(t *testing.T, objs []object) []string {
+// deployment decodes the render's Deployment name (with the release name statefulset-resizer:
+// controllerDeployment or webhookDeployment).
+func deployment(t *testing.T, objs []object, name string) appsv1.Deployment {
 	t.Helper()
-	d := deployment(t, objs)
+	var d appsv1.Deployment
+	decode(t, find(t, objs, "Deployment", name), &d)
+	return d
+}
+
+// deploymentArgs returns the container's args of the Deployment name, failing on any arg that
+// is not a flag of its mode of statefulset-resizer (the webhook's args start with the
+// subcommand).
+func deploymentArgs(t *testing.T, objs []object, name string) []string {
+	t.Helper()
+	d := deployment(t, objs, name)
 	args := d.Spec.Template.Spec.Containers[0].Args
-	for _, a := range args {
+	known, flags := controllerFlags, args
+	if strings.HasSuffix(name, "-webhook") {
+		if len(args) == 0 || args[0] != "webhook" {
+			t.Fatalf("Deployment %s args %q do not start with the webhook subcommand", name, args)
+		}
+		known, flags = webhookFlags, args[1:]
+	}
+	for _, a := range flags {
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
-		if !strings.HasPrefix(a, "--") || !slices.Contains(knownFlags, name) {
-			t.Errorf("Deployment arg %q is not a flag of statefulset-resizer (known: %v)", a, knownFlags)
+		if !strings.HasPrefix(a, "--") || !slices.Contains(known, name) {
+			t.Errorf("Deployment arg %q is not a flag of its mode of statefulset-resizer (known: %v)", a, known)
 		}
 	}
 	return args
@@ -465,29 +501,45 @@ func deploymentArgs(t *testing.T, objs []object) []string {
 func TestChartDeploymentArgs(t *testing.T) {
 	helmBinary(t) // skips, or fails under CI=true, without helm
 	webhookArgs := []string{
+		"webhook",
 		"--webhook-port=9443",
 		"--webhook-service-name=statefulset-resizer",
 		"--webhook-secret-name=statefulset-resizer-webhook-tls",
 		"--webhook-configuration-name=statefulset-resizer",
 		"--webhook-shutdown-delay=10s",
+		"--http-endpoint=:8080",
 	}
 	common := []string{"--http-endpoint=:8080", "--workers=10"}
 	logs := []string{"--logging-format=text", "--v=0"}
 	for _, c := range []struct {
-		set  []string
-		want []string
+		set              []string
+		want, webhookArg []string
 	}{
-		{nil, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs, webhookArgs)},
-		{[]string{"webhook.enabled=false"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs)},
+		{nil, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs), slices.Concat(webhookArgs, logs)},
+		{[]string{"webhook.enabled=false"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs), nil},
 		{[]string{"replicas=1", "leaderElection.enabled=false", "webhook.enabled=false", "recreate=false", "logVerbosity=4", "logFormat=json"},
-			slices.Concat(common, []string{"--recreate=false", "--logging-format=json", "--v=4"})},
-		{[]string{"extraArgs={--resync-period=5m,--kube-api-qps=10}"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs, webhookArgs, []string{"--resync-period=5m", "--kube-api-qps=10"})},
-		{[]string{"webhook.shutdownDelaySeconds=0"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs, webhookArgs[:4], []string{"--webhook-shutdown-delay=0s"})},
+			slices.Concat(common, []string{"--recreate=false", "--logging-format=json", "--v=4"}), nil},
+		{[]string{"extraArgs={--resync-period=5m,--kube-api-qps=10}", "webhook.extraArgs={--kube-api-qps=3}"},
+			slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs, []string{"--resync-period=5m", "--kube-api-qps=10"}),
+			slices.Concat(webhookArgs, logs, []string{"--kube-api-qps=3"})},
+		{[]string{"webhook.shutdownDelaySeconds=0"}, slices.Concat([]string{"--leader-election"}, common, []string{"--recreate=true"}, logs),
+			slices.Concat(webhookArgs[:5], []string{"--webhook-shutdown-delay=0s", "--http-endpoint=:8080"}, logs)},
 	} {
 		t.Run(strings.Join(c.set, ","), func(t *testing.T) {
-			got := deploymentArgs(t, render(t, c.set...))
-			if !slices.Equal(got, c.want) {
-				t.Errorf("args\n got: %q\nwant: %q", got, c.want)
+			objs := render(t, c.set...)
+			if got := deploymentArgs(t, objs, controllerDeployment); !slices.Equal(got, c.want) {
+				t.Errorf("controller args\n got: %q\nwant: %q", got, c.want)
+			}
+			if c.webhookArg == nil {
+				for _, o := range objs {
+					if o.Kind == "Deployment" && o.Metadata.Name != controllerDeployment {
+						t.Errorf("webhook.enabled=false renders %s", o.key())
+					}
+				}
+				return
+			}
+			if got := deploymentArgs(t, objs, webhookDeployment); !slices.Equal(got, c.webhookArg) {
+				t.Errorf("webhook args\n got: %q\nwant: %q", got, c.webhookArg)
 			}
 		})
 	}
@@ -503,15 +555,22 @@ func flagValue(args []string, name string) string {
 	return ""
 }
 
-// The names the controller is given are those of the objects the chart renders: the Service it
-// puts in its certificate, the MutatingWebhookConfiguration it injects the CA into (and may
-// patch), the port behind the Service.
+// The names the webhook is given are those of the objects the chart renders: the Service it puts
+// in its certificate, the MutatingWebhookConfiguration it injects the CA into (and may patch), the
+// port behind the Service; the webhook runs with its own ServiceAccount, the one the webhook roles
+// are bound to.
 func TestChartWebhookNamesAgree(t *testing.T) {
 	helmBinary(t) // skips, or fails under CI=true, without helm
-	for _, set := range [][]string{nil, {"fullnameOverride=sr", "webhook.port=10443", "metrics.port=9090"}} {
-		t.Run(strings.Join(set, ","), func(t *testing.T) {
-			objs := render(t, set...)
-			args := deploymentArgs(t, objs)
+	for _, c := range []struct {
+		set      []string
+		fullname string
+	}{
+		{nil, release},
+		{[]string{"fullnameOverride=sr", "webhook.port=10443", "webhook.metricsPort=9090"}, "sr"},
+	} {
+		t.Run(strings.Join(c.set, ","), func(t *testing.T) {
+			objs := render(t, c.set...)
+			args := deploymentArgs(t, objs, c.fullname+"-webhook")
 			svcName := flagValue(args, "webhook-service-name")
 			var svc corev1.Service
 			decode(t, find(t, objs, "Service", svcName), &svc)
@@ -525,22 +584,19 @@ func TestChartWebhookNamesAgree(t *testing.T) {
 				}
 			}
 			var cr rbacv1.ClusterRole
-			for _, o := range objs {
-				if o.Kind == "ClusterRole" {
-					decode(t, o, &cr)
-				}
-			}
-			wantPerm := []string{
+			decode(t, find(t, objs, "ClusterRole", c.fullname+"-webhook"), &cr)
+			want := []string{
 				"get admissionregistration.k8s.io/mutatingwebhookconfigurations/" + mwcName,
 				"patch admissionregistration.k8s.io/mutatingwebhookconfigurations/" + mwcName,
 			}
-			for _, p := range wantPerm {
-				if !slices.Contains(permissions(cr.Rules), p) {
-					t.Errorf("ClusterRole %s lacks %q", cr.Name, p)
-				}
+			if got := permissions(cr.Rules); !slices.Equal(got, want) {
+				t.Errorf("ClusterRole %s grants %q, want %q", cr.Name, got, want)
 			}
 
-			d := deployment(t, objs)
+			d := deployment(t, objs, c.fullname+"-webhook")
+			if sa := d.Spec.Template.Spec.ServiceAccountName; sa != c.fullname+"-webhook" {
+				t.Errorf("the webhook runs as ServiceAccount %q, want its own %q", sa, c.fullname+"-webhook")
+			}
 			ports := map[string]int32{}
 			for _, p := range d.Spec.Template.Spec.Containers[0].Ports {
 				ports[p.Name] = p.ContainerPort
@@ -567,27 +623,56 @@ func TestChartWebhookNamesAgree(t *testing.T) {
 				t.Errorf("webhook Service is headless: the apiserver calls a webhook Service by its cluster IP")
 			}
 			if !reflect.DeepEqual(svc.Spec.Selector, d.Spec.Selector.MatchLabels) {
-				t.Errorf("webhook Service selects %v, the Deployment's pods are %v", svc.Spec.Selector, d.Spec.Selector.MatchLabels)
+				t.Errorf("webhook Service selects %v, the webhook Deployment's pods are %v", svc.Spec.Selector, d.Spec.Selector.MatchLabels)
+			}
+			controller := deployment(t, objs, c.fullname)
+			if args := controller.Spec.Template.Spec.Containers[0].Args; slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--webhook-") }) {
+				t.Errorf("the controller's Deployment has webhook flags: %q", args)
 			}
 		})
 	}
 }
 
-// The MutatingWebhookConfiguration is the one issue 18 specifies: opt-in by the StatefulSet's or
-// its namespace's label, UPDATE of apps/v1 statefulsets only, failurePolicy Ignore, no side
-// effects, no caBundle (the controller injects it).
+// CEL of the configuration's matchConditions: the live object has a pending change; the writer
+// is the controller (a ServiceAccount of its name) or the garbage collector.
+const (
+	pendingChange = "oldObject != null && has(oldObject.metadata.annotations) && '" + desired.Annotation + "' in oldObject.metadata.annotations"
+	exemptWriter  = "request.userInfo.username in ['system:serviceaccount:kube-system:generic-garbage-collector', 'system:kube-controller-manager'] || " +
+		"(request.userInfo.username.startsWith('system:serviceaccount:') && request.userInfo.username.endsWith(':" + release + "'))"
+)
+
+// The MutatingWebhookConfiguration is the one issues 18 and 31 specify: opt-in by the
+// StatefulSet's or its namespace's label, UPDATE of apps/v1 statefulsets only, no side effects, no
+// caBundle (the webhook injects it); failurePolicy Ignore, except for an update of an object with
+// a pending change by anyone but the controller and the garbage collector: Fail, in entries whose
+// name says so. The Ignore entries' condition is the negation of the Fail entries', so that no
+// request goes to two entries.
 func TestChartWebhookConfiguration(t *testing.T) {
 	helmBinary(t) // skips, or fails under CI=true, without helm
 	objs := render(t)
 	var cfg admissionv1.MutatingWebhookConfiguration
 	decode(t, find(t, objs, "MutatingWebhookConfiguration", release), &cfg)
-	if len(cfg.Webhooks) != 2 {
-		t.Fatalf("%d webhooks, want 2 (opt-in by the StatefulSet's label, by the namespace's)", len(cfg.Webhooks))
+	ignore, fail := admissionv1.Ignore, admissionv1.Fail
+	usual := []admissionv1.MatchCondition{{Name: "no-pending-change-or-controller-or-garbage-collector", Expression: "!(" + pendingChange + ") || " + exemptWriter}}
+	pending := []admissionv1.MatchCondition{{Name: "pending-change", Expression: pendingChange},
+		{Name: "not-the-controller-or-the-garbage-collector", Expression: "!(" + exemptWriter + ")"}}
+	entries := []struct {
+		name       string
+		policy     *admissionv1.FailurePolicyType
+		conditions []admissionv1.MatchCondition
+	}{
+		{"statefulsets.volume-claim-templates.csi-resizer.io", &ignore, usual},
+		{"namespaces.volume-claim-templates.csi-resizer.io", &ignore, usual},
+		{"pending-volume-claim-template-change.statefulsets.csi-resizer.io", &fail, pending},
+		{"pending-volume-claim-template-change.namespaces.csi-resizer.io", &fail, pending},
 	}
-	ignore, none, never, equivalent, scope := admissionv1.Ignore, admissionv1.SideEffectClassNone, admissionv1.NeverReinvocationPolicy, admissionv1.Equivalent, admissionv1.NamespacedScope
-	for _, w := range cfg.Webhooks {
+	if len(cfg.Webhooks) != len(entries) {
+		t.Fatalf("%d webhooks, want %d (opt-in by the StatefulSet's label, by the namespace's; without and with a pending change)", len(cfg.Webhooks), len(entries))
+	}
+	none, never, equivalent, scope := admissionv1.SideEffectClassNone, admissionv1.NeverReinvocationPolicy, admissionv1.Equivalent, admissionv1.NamespacedScope
+	for i, w := range cfg.Webhooks {
 		want := admissionv1.MutatingWebhook{
-			Name: w.Name,
+			Name: entries[i].name,
 			ClientConfig: admissionv1.WebhookClientConfig{Service: &admissionv1.ServiceReference{
 				Namespace: namespace, Name: "statefulset-resizer", Path: ptr(webhookPath), Port: ptr(int32(9443)),
 			}},
@@ -595,7 +680,7 @@ func TestChartWebhookConfiguration(t *testing.T) {
 				Operations: []admissionv1.OperationType{admissionv1.Update},
 				Rule:       admissionv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"statefulsets"}, Scope: &scope},
 			}},
-			FailurePolicy:           &ignore,
+			FailurePolicy:           entries[i].policy,
 			MatchPolicy:             &equivalent,
 			NamespaceSelector:       w.NamespaceSelector,
 			ObjectSelector:          w.ObjectSelector,
@@ -603,11 +688,12 @@ func TestChartWebhookConfiguration(t *testing.T) {
 			TimeoutSeconds:          ptr(int32(5)),
 			AdmissionReviewVersions: []string{"v1"},
 			ReinvocationPolicy:      &never,
+			MatchConditions:         entries[i].conditions,
 		}
 		if !reflect.DeepEqual(w, want) {
 			got, _ := yaml.Marshal(w)
 			exp, _ := yaml.Marshal(want)
-			t.Errorf("webhook %s:\n%s\nwant:\n%s", w.Name, got, exp)
+			t.Errorf("webhook %d:\n%s\nwant:\n%s", i, got, exp)
 		}
 		if strings.Count(w.Name, ".") < 2 {
 			t.Errorf("webhook name %q is not fully qualified (the apiserver wants at least three segments)", w.Name)
@@ -615,7 +701,8 @@ func TestChartWebhookConfiguration(t *testing.T) {
 	}
 
 	// Which entries call the webhook, for a StatefulSet with or without the label in a namespace
-	// with or without it: exactly one when either opts in, none otherwise.
+	// with or without it: when either opts in, exactly one of the Ignore entries and one of the
+	// Fail entries, whose conditions exclude each other; none otherwise.
 	selector := func(s *metav1.LabelSelector) labels.Selector {
 		if s == nil {
 			return labels.Everything()
@@ -639,14 +726,14 @@ func TestChartWebhookConfiguration(t *testing.T) {
 		{labels.Set{optInLabel: "disabled"}, optIn, 0}, // opted out of its namespace's opt-in
 		{labels.Set{"app": "db"}, labels.Set{"team": "a"}, 0},
 	} {
-		n := 0
+		n := map[admissionv1.FailurePolicyType]int{}
 		for _, w := range cfg.Webhooks {
 			if selector(w.ObjectSelector).Matches(c.sts) && selector(w.NamespaceSelector).Matches(c.ns) {
-				n++
+				n[*w.FailurePolicy]++
 			}
 		}
-		if n != c.want {
-			t.Errorf("StatefulSet labels %v in a namespace with labels %v: %d webhook entries match, want %d", c.sts, c.ns, n, c.want)
+		if n[ignore] != c.want || n[fail] != c.want {
+			t.Errorf("StatefulSet labels %v in a namespace with labels %v: %d Ignore and %d Fail entries match, want %d of each", c.sts, c.ns, n[ignore], n[fail], c.want)
 		}
 	}
 
@@ -691,6 +778,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{[]string{"logFormat=xml"}, "logFormat=xml: want text or json"},
 		{[]string{"webhook.shutdownDelaySeconds=-1"}, "webhook.shutdownDelaySeconds=-1: want a whole number of seconds"},
 		{[]string{"webhook.shutdownDelaySeconds=1.5"}, "webhook.shutdownDelaySeconds=1.5: want a whole number of seconds"},
+		{[]string{"webhook.serviceAccount.create=false"}, "webhook.serviceAccount.name is required when webhook.serviceAccount.create=false"},
+		{[]string{"webhook.serviceAccount.name=statefulset-resizer"}, "the webhook's ServiceAccount statefulset-resizer is the controller's"},
 	} {
 		_, err := renderErr(t, c.set...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -699,98 +788,48 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}
 }
 
-// The webhook's readiness probe is the kustomize component's (the same JSON patch value), and
-// there is none without the webhook: the probe is on the webhook's port.
+// The webhook's readiness probe is on its HTTPS port; the controller has none (compareDeployment
+// checks both against the kustomize base).
 func TestChartWebhookReadinessProbe(t *testing.T) {
 	helmBinary(t) // skips, or fails under CI=true, without helm
-	file := filepath.Join(base, "webhook", "deployment-webhook-port.yaml")
-	var want *corev1.Probe
-	for _, op := range componentPatch(t) {
-		if op.Op == "add" && op.Path == "/spec/template/spec/containers/0/readinessProbe" {
-			want = &corev1.Probe{}
-			if err := json.Unmarshal(op.Value, want); err != nil {
-				t.Fatalf("%s: readinessProbe: %v", file, err)
-			}
+	objs := render(t)
+	probe := deployment(t, objs, webhookDeployment).Spec.Template.Spec.Containers[0].ReadinessProbe
+	if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Scheme != corev1.URISchemeHTTPS || probe.HTTPGet.Path != webhook.ReadyPath || probe.HTTPGet.Port.StrVal != "webhook" {
+		t.Errorf("the webhook's readinessProbe %+v, want HTTPS %s on the port named webhook", probe, webhook.ReadyPath)
+	}
+	for _, set := range [][]string{nil, {"webhook.enabled=false"}} {
+		if got := deployment(t, render(t, set...), controllerDeployment).Spec.Template.Spec.Containers[0].ReadinessProbe; got != nil {
+			t.Errorf("--set %v: the controller has readinessProbe %+v, want none (the webhook is not served there)", set, got)
 		}
 	}
-	if want == nil || want.HTTPGet == nil || want.HTTPGet.Scheme != corev1.URISchemeHTTPS || want.HTTPGet.Path != webhook.ReadyPath {
-		t.Fatalf("%s: no HTTPS readinessProbe on %s: %+v", file, webhook.ReadyPath, want)
-	}
-	if got := deployment(t, render(t)).Spec.Template.Spec.Containers[0].ReadinessProbe; !reflect.DeepEqual(got, want) {
-		t.Errorf("chart readinessProbe %+v, the kustomize component has %+v", got, want)
-	}
-	if got := deployment(t, render(t, "webhook.enabled=false")).Spec.Template.Spec.Containers[0].ReadinessProbe; got != nil {
-		t.Errorf("webhook.enabled=false: readinessProbe %+v, want none (it probes the webhook's port)", got)
-	}
 }
 
-// componentPatch reads the kustomize webhook component's JSON patch of the Deployment.
-func componentPatch(t *testing.T) []struct {
-	Op, Path string
-	Value    json.RawMessage
-} {
-	t.Helper()
-	file := filepath.Join(base, "webhook", "deployment-webhook-port.yaml")
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ops []struct {
-		Op, Path string
-		Value    json.RawMessage
-	}
-	if err := yaml.Unmarshal(data, &ops); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	return ops
-}
-
-// The pod's terminationGracePeriodSeconds covers a clean stop: the kustomize base's (no
-// webhook) equals the chart's with webhook.enabled=false, the webhook component's (which also
-// sets the drain, --webhook-shutdown-delay) equals the chart's default, and both leave the
-// drain plus 30 s (the workers' 10 s, the Lease release within the renew deadline's 10 s, 10 s
-// of margin).
+// The pods' terminationGracePeriodSeconds covers a clean stop: the controller's is 30 s whatever
+// the webhook (the workers' 10 s, the Lease release within the renew deadline's 10 s, 10 s of
+// margin); the webhook's is its drain (--webhook-shutdown-delay) plus 20 s (requests under way,
+// 5 s at most, and margin), 30 s with the kustomize component's 10 s drain.
 func TestChartTerminationGracePeriod(t *testing.T) {
 	helmBinary(t) // skips, or fails under CI=true, without helm
-	var bd appsv1.Deployment
-	decode(t, find(t, baseObjects(t), "Deployment", "statefulset-resizer"), &bd)
-	baseGrace := bd.Spec.Template.Spec.TerminationGracePeriodSeconds
-	var componentGrace *int64
-	var componentDelay string
-	for _, op := range componentPatch(t) {
-		switch {
-		case op.Path == "/spec/template/spec/terminationGracePeriodSeconds" && op.Op == "replace":
-			componentGrace = new(int64)
-			if err := json.Unmarshal(op.Value, componentGrace); err != nil {
-				t.Fatal(err)
-			}
-		case op.Path == "/spec/template/spec/containers/0/args/-" && strings.HasPrefix(string(op.Value), `"--webhook-shutdown-delay=`):
-			if err := json.Unmarshal(op.Value, &componentDelay); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if baseGrace == nil || *baseGrace != 30 {
-		t.Fatalf("kustomize base terminationGracePeriodSeconds %v, want 30", baseGrace)
-	}
-	if componentGrace == nil || componentDelay != "--webhook-shutdown-delay=10s" || *componentGrace != 30+10 {
-		t.Fatalf("webhook component: terminationGracePeriodSeconds %v with %q, want 40 with --webhook-shutdown-delay=10s", componentGrace, componentDelay)
-	}
 	for _, c := range []struct {
-		set   []string
-		want  int64
-		delay string
+		set                 []string
+		controller, webhook int64
+		delay               string
 	}{
-		{nil, *componentGrace, componentDelay},
-		{[]string{"webhook.enabled=false"}, *baseGrace, ""},
-		{[]string{"webhook.shutdownDelaySeconds=25"}, 55, "--webhook-shutdown-delay=25s"},
+		{nil, 30, 30, "10s"},
+		{[]string{"webhook.enabled=false"}, 30, 0, ""},
+		{[]string{"webhook.shutdownDelaySeconds=25"}, 30, 45, "25s"},
 	} {
 		objs := render(t, c.set...)
-		d := deployment(t, objs)
-		if got := d.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != c.want {
-			t.Errorf("--set %v: terminationGracePeriodSeconds %v, want %d", c.set, got, c.want)
+		if got := deployment(t, objs, controllerDeployment).Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != c.controller {
+			t.Errorf("--set %v: the controller's terminationGracePeriodSeconds %v, want %d", c.set, got, c.controller)
 		}
-		if got := flagValue(deploymentArgs(t, objs), "webhook-shutdown-delay"); c.delay != "" && "--webhook-shutdown-delay="+got != c.delay || c.delay == "" && got != "" {
+		if c.webhook == 0 {
+			continue
+		}
+		if got := deployment(t, objs, webhookDeployment).Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != c.webhook {
+			t.Errorf("--set %v: the webhook's terminationGracePeriodSeconds %v, want %d", c.set, got, c.webhook)
+		}
+		if got := flagValue(deploymentArgs(t, objs, webhookDeployment), "webhook-shutdown-delay"); got != c.delay {
 			t.Errorf("--set %v: --webhook-shutdown-delay=%q, want %q", c.set, got, c.delay)
 		}
 	}

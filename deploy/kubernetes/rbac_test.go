@@ -70,14 +70,22 @@ var expectedRoles = []struct {
 	},
 	{
 		kind: "ClusterRole", name: "statefulset-resizer",
-		why: "statefulset-resizer (statefulset-resizer/clusterrole.yaml)",
+		why: "the statefulset-resizer controller (statefulset-resizer/clusterrole.yaml; informers: list and watch, no get)",
 		grants: map[grant][]string{
 			{"apps", "statefulsets"}:             {"get", "list", "watch", "patch", "delete", "create"},
+			{"apps", "controllerrevisions"}:      {"list"},
 			{"", "namespaces"}:                   {"list", "watch"},
-			{"", "persistentvolumeclaims"}:       {"get", "list", "watch", "patch"},
-			{"", "pods"}:                         {"get", "list", "watch"},
-			{"storage.k8s.io", "storageclasses"}: {"get", "list", "watch"},
+			{"", "persistentvolumeclaims"}:       {"list", "watch", "patch"},
+			{"", "pods"}:                         {"list", "watch"},
+			{"storage.k8s.io", "storageclasses"}: {"list", "watch"},
+			{"coordination.k8s.io", "leases"}:    {"list"},
 			{"", "events"}:                       {"create", "patch"},
+		},
+	},
+	{
+		kind: "ClusterRole", name: "statefulset-resizer-webhook",
+		why: "statefulset-resizer's admission webhook: the caBundle of its own configuration (statefulset-resizer/webhook/clusterrole.yaml)",
+		grants: map[grant][]string{
 			{"admissionregistration.k8s.io", "mutatingwebhookconfigurations"}: {"get", "patch"},
 		},
 	},
@@ -90,7 +98,7 @@ var expectedRoles = []struct {
 	},
 	{
 		kind: "Role", name: "statefulset-resizer-webhook-certificates",
-		why: "statefulset-resizer's generated webhook certificate Secret",
+		why: "statefulset-resizer's admission webhook: its generated certificate Secret",
 		grants: map[grant][]string{
 			{"", "secrets"}: {"get", "create", "update"},
 		},
@@ -342,15 +350,59 @@ func TestWebhookGrantsNamed(t *testing.T) {
 	}
 }
 
-// Leader election is namespaced: its Lease permissions must not become cluster-wide.
+// Leader election is namespaced: its Lease writes must not become cluster-wide. The one
+// cluster-wide Lease right is statefulset-resizer's list, with which it refuses to start while
+// another install (another namespace) holds a Lease of the same name.
 func TestLeasesOnlyInRoles(t *testing.T) {
 	for key, rules := range roles(t) {
 		if !strings.HasPrefix(key, "ClusterRole/") {
 			continue
 		}
-		for g := range flatten(rules) {
-			if g.resource == "leases" {
-				t.Errorf("%s grants %s cluster-wide; leader election needs it only in its own namespace (a Role)", key, g)
+		for g, verbs := range flatten(rules) {
+			if g.resource != "leases" {
+				continue
+			}
+			if key != "ClusterRole/statefulset-resizer" || !slices.Equal(verbs, []string{"list"}) {
+				t.Errorf("%s grants %v on %s cluster-wide; leader election needs it only in its own namespace (a Role)", key, verbs, g)
+			}
+		}
+	}
+}
+
+// The admission webhook runs with its own ServiceAccount, which may write nothing but its
+// certificate (its Secret, its configuration's caBundle), and the controller's ServiceAccount has
+// neither: the token of the process that parses the apiserver's requests can do nothing else,
+// and the controller's cannot redirect admission.
+func TestWebhookServiceAccountOnlyItsCertificate(t *testing.T) {
+	rs := roles(t)
+	bound := map[string][]string{} // ServiceAccount -> "Kind/name" of its roles
+	for _, m := range loadManifests(t) {
+		if m.kind != "RoleBinding" && m.kind != "ClusterRoleBinding" {
+			continue
+		}
+		var b rbacv1.RoleBinding
+		if err := yaml.UnmarshalStrict(m.doc, &b); err != nil {
+			t.Fatalf("%s: %v", m.file, err)
+		}
+		for _, s := range b.Subjects {
+			bound[s.Name] = append(bound[s.Name], b.RoleRef.Kind+"/"+b.RoleRef.Name)
+		}
+	}
+	webhookRoles := bound["statefulset-resizer-webhook"]
+	if len(webhookRoles) == 0 {
+		t.Fatal("no role is bound to the ServiceAccount statefulset-resizer-webhook")
+	}
+	for _, key := range webhookRoles {
+		for g, verbs := range flatten(rs[key]) {
+			if g.resource != "secrets" && g.resource != "mutatingwebhookconfigurations" {
+				t.Errorf("%s (bound to statefulset-resizer-webhook) grants %v on %s; the webhook decides from the admission request alone", key, verbs, g)
+			}
+		}
+	}
+	for _, key := range bound["statefulset-resizer"] {
+		for g := range flatten(rs[key]) {
+			if g.resource == "secrets" || g.resource == "mutatingwebhookconfigurations" {
+				t.Errorf("%s (bound to the controller's statefulset-resizer) grants %s: that is the webhook's, not the controller's", key, g)
 			}
 		}
 	}

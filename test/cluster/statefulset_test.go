@@ -193,24 +193,26 @@ func installHelm(t *testing.T, c *Cluster) {
 	t.Logf("helm install (webhook enabled, image %s) ready in %s", c.ProductImage, time.Since(start).Round(time.Second))
 }
 
-// waitStatefulSetResizerReady waits for the Deployment's rollout (the readiness probe is the
-// webhook's /readyz over HTTPS) and for the CA bundle statefulset-resizer injects into the
-// MutatingWebhookConfiguration, and checks the Deployment runs the product image.
+// waitStatefulSetResizerReady waits for the rollout of the controller's Deployment and of the
+// webhook's (whose readiness probe is the webhook's /readyz over HTTPS) and for the CA bundle the
+// webhook injects into the MutatingWebhookConfiguration, and checks both run the product image.
 func waitStatefulSetResizerReady(t *testing.T, c *Cluster) {
 	t.Helper()
-	if out, err := c.Kubectl(t, "-n", ssrNamespace, "rollout", "status", "deployment/statefulset-resizer", "--timeout=2m"); err != nil {
-		desc, _ := c.Kubectl(t, "-n", ssrNamespace, "describe", "pods")
-		t.Fatalf("%v\n%s\n%s", err, out, desc)
-	}
-	image, err := c.Kubectl(t, "-n", ssrNamespace, "get", "deployment/statefulset-resizer", "-o", "jsonpath={.spec.template.spec.containers[0].image}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if image != c.ProductImage {
-		t.Fatalf("Deployment image %q, want this checkout's %q", image, c.ProductImage)
+	for _, d := range []string{"deployment/statefulset-resizer", "deployment/statefulset-resizer-webhook"} {
+		if out, err := c.Kubectl(t, "-n", ssrNamespace, "rollout", "status", d, "--timeout=2m"); err != nil {
+			desc, _ := c.Kubectl(t, "-n", ssrNamespace, "describe", "pods")
+			t.Fatalf("%v\n%s\n%s", err, out, desc)
+		}
+		image, err := c.Kubectl(t, "-n", ssrNamespace, "get", d, "-o", "jsonpath={.spec.template.spec.containers[0].image}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if image != c.ProductImage {
+			t.Fatalf("%s image %q, want this checkout's %q", d, image, c.ProductImage)
+		}
 	}
 	ctx := context.Background()
-	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		mwc, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "statefulset-resizer", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -243,7 +245,8 @@ func deleteNamespace(t *testing.T, c *Cluster, ns string) {
 func checkNoClusterObjects(t *testing.T, c *Cluster) {
 	t.Helper()
 	out, err := c.Kubectl(t, "get", "mutatingwebhookconfiguration/statefulset-resizer", "clusterrole/statefulset-resizer",
-		"clusterrolebinding/statefulset-resizer", "--ignore-not-found", "-o", "name")
+		"clusterrolebinding/statefulset-resizer", "clusterrole/statefulset-resizer-webhook", "clusterrolebinding/statefulset-resizer-webhook",
+		"--ignore-not-found", "-o", "name")
 	if err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("cluster-scoped objects of statefulset-resizer left: %q (%v)", out, err)
 	}

@@ -125,7 +125,8 @@ type demo struct {
 	seenCalls       int
 	seenModifyCalls int
 	pvName          string
-	// Step 6: statefulset-resizer with its webhook, its binary, and the manifest file.
+	// Step 6: statefulset-resizer's controller and webhook, its binary, and the manifest file.
+	ctrl     *framework.Process
 	wh       *scenario.Webhook
 	ssr      string
 	manifest string
@@ -317,7 +318,8 @@ func (d *demo) keepRunning() {
 	d.keepRunningGitOps()
 	say("")
 	say("  logs:  csi-resizer              %s", e.Resizer.LogPath)
-	say("         statefulset-resizer      %s", d.wh.Process.LogPath)
+	say("         statefulset-resizer      %s", d.ctrl.LogPath)
+	say("         its webhook              %s", d.wh.Process.LogPath)
 	say("         mock driver              %s", e.Driver.Process.LogPath)
 	say("         kube-apiserver           %s", e.Cluster.APIServer.LogPath)
 	say("         kube-controller-manager  %s", e.Cluster.ControllerManager.LogPath)
@@ -330,8 +332,10 @@ func (d *demo) keepRunning() {
 		say("\nStopping...")
 	case <-e.Resizer.Done():
 		d.t.Errorf("csi-resizer exited unexpectedly; its log: %s\n%s", e.Resizer.LogPath, e.Resizer.LogTail(30))
+	case <-d.ctrl.Done():
+		d.t.Errorf("statefulset-resizer exited unexpectedly; its log: %s\n%s", d.ctrl.LogPath, d.ctrl.LogTail(30))
 	case <-d.wh.Process.Done():
-		d.t.Errorf("statefulset-resizer exited unexpectedly; its log: %s\n%s", d.wh.Process.LogPath, d.wh.Process.LogTail(30))
+		d.t.Errorf("statefulset-resizer webhook exited unexpectedly; its log: %s\n%s", d.wh.Process.LogPath, d.wh.Process.LogTail(30))
 	case <-e.Cluster.ControllerManager.Done():
 		d.t.Errorf("kube-controller-manager exited unexpectedly\n%s", e.Cluster.ControllerManager.LogTail(30))
 	case <-e.Driver.Process.Done():

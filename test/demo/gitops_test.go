@@ -80,22 +80,27 @@ spec:
 `, stsName, d.e.Namespace, desired.OptInLabel, desired.OptInValue, extra, stsReplicas, scenario.TemplateName, d.e.StorageClass, size)
 }
 
-// startStatefulSetResizer runs statefulset-resizer with the shipped RBAC and its admission
-// webhook, the shipped MutatingWebhookConfiguration registered by URL.
+// startStatefulSetResizer runs statefulset-resizer's controller and its admission webhook (two
+// processes, each with its shipped ServiceAccount), the shipped MutatingWebhookConfiguration
+// registered by URL.
 func (d *demo) startStatefulSetResizer() {
 	t, e := d.t, d.e
 	say("")
 	say("Setup: statefulset-resizer (./cmd/statefulset-resizer, with the RBAC of")
-	say("deploy/kubernetes/statefulset-resizer) serving its admission webhook on 127.0.0.1, and the")
-	say("shipped MutatingWebhookConfiguration (%s)", scenario.ShippedWebhookConfiguration)
-	say("registered with that URL instead of its Service; statefulset-resizer generated the")
+	say("deploy/kubernetes/statefulset-resizer and its webhook component): the controller, and")
+	say("`statefulset-resizer webhook` serving the admission webhook on 127.0.0.1 with its own")
+	say("ServiceAccount; the shipped MutatingWebhookConfiguration (%s)", scenario.ShippedWebhookConfiguration)
+	say("registered with that URL instead of its Service; the webhook generated the")
 	say("certificates and injected the CA bundle, as it does in a cluster.")
-	d.wh = e.StartWebhook(t, scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace))
+	d.ctrl = e.StartStatefulSetResizer(t, scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace))
+	d.wh = e.StartWebhook(t)
 	d.interruptedCheck()
 	d.ssr = d.wh.Process.Binary
 	say("")
-	say("  statefulset-resizer  pid %d, webhook %s", d.wh.Process.Pid(), d.wh.URL)
-	say("                       %s %s", filepath.Base(d.ssr), strings.Join(d.wh.Process.Args, " "))
+	say("  statefulset-resizer          pid %d", d.ctrl.Pid())
+	say("                               %s %s", filepath.Base(d.ssr), strings.Join(d.ctrl.Args, " "))
+	say("  statefulset-resizer webhook  pid %d, webhook %s", d.wh.Process.Pid(), d.wh.URL)
+	say("                               %s %s", filepath.Base(d.ssr), strings.Join(d.wh.Process.Args, " "))
 }
 
 // step6GitOps: the README's GitOps steps on an opted-in StatefulSet.

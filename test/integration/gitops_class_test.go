@@ -26,7 +26,8 @@ func startGitOpsClassEnv(t *testing.T) *gitopsEnv {
 	s := &stsEnv{Env: e, ssrKubeconfig: scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)}
 	e.CreateClass(t, "gold", gold)
 	e.CreateClass(t, "bad", bad)
-	return &gitopsEnv{stsEnv: s, webhook: s.StartWebhook(t, s.ssrKubeconfig)}
+	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
+	return &gitopsEnv{stsEnv: s, webhook: s.StartWebhook(t)}
 }
 
 // The GitOps path for a template's VolumeAttributesClass (docs/design.md §3.9 and §3.10): a

@@ -36,7 +36,7 @@ func startGitOpsNodeStepEnv(t *testing.T) *gitopsEnv {
 		Mock: framework.MockDriverOptions{NodeExpansionRequired: true}})
 	s := &stsEnv{Env: e, ssrKubeconfig: scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)}
 	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
-	return &gitopsEnv{stsEnv: s, webhook: s.StartWebhook(t, s.ssrKubeconfig)}
+	return &gitopsEnv{stsEnv: s, webhook: s.StartWebhook(t)}
 }
 
 // kubectlEdit runs the real `kubectl edit` of the StatefulSet with an editor that applies the

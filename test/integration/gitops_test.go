@@ -24,9 +24,9 @@ import (
 )
 
 // The GitOps path end to end (issue 18): the user changes a volumeClaimTemplates size in Git and
-// the pipeline applies it. One statefulset-resizer process serves the admission webhook
-// (registered by URL on 127.0.0.1, CA bundle injected by the process) and runs the controller,
-// with the shipped RBAC, on the environment of statefulset_test.go (kube-controller-manager,
+// the pipeline applies it. A `statefulset-resizer webhook` process serves the admission webhook
+// (registered by URL on 127.0.0.1, CA bundle injected by the process) and another process runs
+// the controller, each with its shipped ServiceAccount and RBAC, on the environment of statefulset_test.go (kube-controller-manager,
 // csi-resizer, the mock driver). kubectl is the pipeline: the apply must succeed, the PVCs
 // grow, the StatefulSet is re-created, and the live object ends equal to the manifest.
 
@@ -38,7 +38,8 @@ type gitopsEnv struct {
 func startGitOpsEnv(t *testing.T) *gitopsEnv {
 	t.Helper()
 	s := startSTSEnv(t)
-	return &gitopsEnv{stsEnv: s, webhook: s.StartWebhook(t, s.ssrKubeconfig)}
+	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
+	return &gitopsEnv{stsEnv: s, webhook: s.StartWebhook(t)}
 }
 
 // gitManifest is the StatefulSet a team keeps in Git: opted in by its label, at size.

@@ -50,10 +50,12 @@ func helmTemplate(t *testing.T, helm, root string, set ...string) string {
 // TestManifestsHelmChart sends the Helm chart's renders through the real kube-apiserver: a
 // server-side dry-run of the default values and of webhook.enabled=false, then the default render
 // applied for real, with the webhook not running (the controller never started, so no caBundle
-// and no endpoints). It checks what the chart's ServiceAccount may do, and that the webhook
-// configuration is what issue 18 promises when the webhook is down: the apiserver calls it only
-// for opted-in StatefulSets, goes on without it (failurePolicy Ignore), and answers a
-// volumeClaimTemplates change with its usual error while any other change goes through.
+// and no endpoints). It checks what the chart's two ServiceAccounts may do, and that the webhook
+// configuration is what issues 18 and 31 promise when the webhook is down: the apiserver calls it
+// only for opted-in StatefulSets, goes on without it (failurePolicy Ignore), and answers a
+// volumeClaimTemplates change with its usual error while any other change goes through; but an
+// update of a StatefulSet with a pending change is refused, naming the Fail entry, except the
+// controller's and the garbage collector's.
 func TestManifestsHelmChart(t *testing.T) {
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -77,38 +79,50 @@ func TestManifestsHelmChart(t *testing.T) {
 	kubectlInput(t, cluster, def, "apply", "-f", "-")
 
 	const sa = "system:serviceaccount:csi-resizer-system:statefulset-resizer"
+	const webhookSA = "system:serviceaccount:csi-resizer-system:statefulset-resizer-webhook"
 	for _, c := range []struct {
-		ns, verb, resource string
-		want               bool
+		as, ns, verb, resource string
+		want                   bool
 	}{
-		{"app", "patch", "statefulsets.apps", true},
-		{"app", "delete", "statefulsets.apps", true},
-		{"app", "create", "statefulsets.apps", true},
-		{"app", "update", "statefulsets.apps", false},
-		{"app", "patch", "persistentvolumeclaims", true},
-		{"app", "create", "configmaps", false},
-		{"app", "list", "configmaps", false},
-		{"csi-resizer-system", "create", "configmaps", true},
-		{"csi-resizer-system", "update", "configmaps", true},
-		{"", "watch", "namespaces", true},
-		{"app", "get", "secrets", false},
-		{"csi-resizer-system", "get", "secrets/statefulset-resizer-webhook-tls", true},
-		{"csi-resizer-system", "update", "secrets/statefulset-resizer-webhook-tls", true},
-		{"csi-resizer-system", "create", "secrets", true},
-		{"csi-resizer-system", "get", "secrets/another", false},
-		{"csi-resizer-system", "list", "secrets", false},
-		{"csi-resizer-system", "update", "leases.coordination.k8s.io", true},
-		{"app", "update", "leases.coordination.k8s.io", false},
-		{"", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", true},
-		{"", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/another", false},
+		{sa, "app", "patch", "statefulsets.apps", true},
+		{sa, "app", "delete", "statefulsets.apps", true},
+		{sa, "app", "create", "statefulsets.apps", true},
+		{sa, "app", "update", "statefulsets.apps", false},
+		{sa, "app", "patch", "persistentvolumeclaims", true},
+		{sa, "app", "create", "configmaps", false},
+		{sa, "app", "list", "configmaps", false},
+		{sa, "csi-resizer-system", "create", "configmaps", true},
+		{sa, "csi-resizer-system", "update", "configmaps", true},
+		{sa, "", "watch", "namespaces", true},
+		{sa, "app", "get", "secrets", false},
+		{sa, "csi-resizer-system", "get", "secrets/statefulset-resizer-webhook-tls", false},
+		{sa, "csi-resizer-system", "create", "secrets", false},
+		{webhookSA, "csi-resizer-system", "get", "secrets/statefulset-resizer-webhook-tls", true},
+		{webhookSA, "csi-resizer-system", "update", "secrets/statefulset-resizer-webhook-tls", true},
+		{webhookSA, "csi-resizer-system", "create", "secrets", true},
+		{webhookSA, "csi-resizer-system", "get", "secrets/another", false},
+		{webhookSA, "csi-resizer-system", "list", "secrets", false},
+		{sa, "csi-resizer-system", "update", "leases.coordination.k8s.io", true},
+		{sa, "app", "update", "leases.coordination.k8s.io", false},
+		{sa, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", false},
+		{sa, "", "list", "leases.coordination.k8s.io", true},
+		{sa, "app", "get", "pods", false},
+		{webhookSA, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", true},
+		{webhookSA, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/another", false},
+		{webhookSA, "app", "patch", "statefulsets.apps", false},
+		{webhookSA, "app", "get", "statefulsets.apps", false},
+		{webhookSA, "app", "create", "statefulsets.apps", false},
+		{webhookSA, "app", "delete", "statefulsets.apps", false},
+		{webhookSA, "csi-resizer-system", "update", "leases.coordination.k8s.io", false},
+		{webhookSA, "csi-resizer-system", "create", "configmaps", false},
 	} {
-		args := []string{"auth", "can-i", c.verb, c.resource, "--as=" + sa}
+		args := []string{"auth", "can-i", c.verb, c.resource, "--as=" + c.as}
 		if c.ns != "" {
 			args = append(args, "--namespace="+c.ns)
 		}
 		out, _ := cluster.Kubectl(t, args...) // exits 1 for "no": read the answer
 		if got := strings.TrimSpace(out); got != map[bool]string{true: "yes", false: "no"}[c.want] {
-			t.Errorf("the chart's ServiceAccount may %s %s in %q: %q, want %v", c.verb, c.resource, c.ns, got, c.want)
+			t.Errorf("%s may %s %s in %q: %q, want %v", c.as, c.verb, c.resource, c.ns, got, c.want)
 		}
 	}
 
@@ -151,6 +165,33 @@ func TestManifestsHelmChart(t *testing.T) {
 				t.Errorf("webhook calls that failed open: %d, want %d", got, want)
 			}
 		})
+	}
+	t.Run("pending change", func(t *testing.T) { checkPendingChangeNeedsWebhook(t, cluster) })
+}
+
+// checkPendingChangeNeedsWebhook: with the webhook down, an update of an opted-in StatefulSet
+// whose live object carries a pending change (here written by hand: that update, whose old
+// object has none, fails open) is refused with the Fail entry's name, by either opt-in; the
+// controller's and the garbage collector's updates of the same object are not.
+func checkPendingChangeNeedsWebhook(t *testing.T, cluster *framework.Cluster) {
+	const desire = `csi-resizer.io/desired-volume-claim-templates=[{"name":"data","storage":"2Gi"}]`
+	for _, c := range []struct{ ns, name, labels, entry string }{
+		{"plain", "pending", "csi-resizer.io/volume-claim-template-updates: enabled", "pending-volume-claim-template-change.statefulsets.csi-resizer.io"},
+		{"opted-in", "pending-in-namespace", "app: db", "pending-volume-claim-template-change.namespaces.csi-resizer.io"},
+	} {
+		kubectlInput(t, cluster, statefulSet(c.ns, c.name, c.labels), "apply", "-f", "-")
+		kubectl(t, cluster, "-n", c.ns, "annotate", "statefulset", c.name, desire)
+		out, err := cluster.Kubectl(t, "-n", c.ns, "patch", "statefulset", c.name, "--type=merge", "-p", `{"spec":{"replicas":3}}`)
+		if want := `failed calling webhook "` + c.entry + `"`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s/%s: an update with a pending change and the webhook down: %v %s; want a refusal containing %q", c.ns, c.name, err, out, want)
+		}
+		for _, as := range []string{"system:serviceaccount:csi-resizer-system:statefulset-resizer", "system:serviceaccount:kube-system:generic-garbage-collector"} {
+			kubectl(t, cluster, "--as="+as, "-n", c.ns, "patch", "statefulset", c.name, "--type=merge",
+				"-p", `{"metadata":{"annotations":{"csi-resizer.io/test-exempt":"`+as[len(as)-8:]+`"}}}`)
+		}
+		if got := kubectl(t, cluster, "-n", c.ns, "get", "statefulset", c.name, "-o", `jsonpath={.spec.replicas}`); got != "1" {
+			t.Errorf("%s/%s: replicas %s after a refused update, want 1", c.ns, c.name, got)
+		}
 	}
 }
 

@@ -109,7 +109,7 @@ images:
 resources:
 - @DEPLOY@/statefulset-resizer
 `,
-		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 3, "RoleBinding": 3, "Deployment": 1, "Service": 1},
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 2, "RoleBinding": 2, "Deployment": 1, "Service": 1},
 	},
 	{
 		name: "statefulset-resizer with the webhook component",
@@ -119,7 +119,8 @@ resources:
 components:
 - @DEPLOY@/statefulset-resizer/webhook
 `,
-		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 3, "RoleBinding": 3, "Deployment": 1, "Service": 2,
+		// The webhook is its own Deployment with its own ServiceAccount and roles.
+		want: map[string]int{"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 3, "RoleBinding": 3, "Deployment": 2, "Service": 2,
 			"MutatingWebhookConfiguration": 1},
 	},
 	{
@@ -187,11 +188,14 @@ func TestManifestsRBACEffective(t *testing.T) {
 		kubectl(t, cluster, "create", "namespace", ns)
 	}
 	for _, r := range manifestRenders {
-		if r.name != "rbac with controller-expand-secrets" && r.name != "statefulset-resizer" {
+		if r.name != "rbac with controller-expand-secrets" {
 			continue
 		}
 		kubectlInput(t, cluster, render(t, cluster, deploy, r), "apply", "-f", "-")
 	}
+	// statefulset-resizer's base and webhook component: their ServiceAccounts and RBAC (the
+	// configuration, with no webhook running, would only get in the way).
+	scenario.ApplyStatefulSetResizerRBAC(t, cluster, "csi-resizer-system")
 	// The node-deployment component, bound to the same csi-resizer ServiceAccount (its example
 	// DaemonSet is checked by the dry-run: this apiserver refuses privileged pods for real).
 	kubectlInput(t, cluster, render(t, cluster, deploy, manifestRender{name: "rbac with node-deployment", wrapper: `namespace: csi-driver
@@ -203,6 +207,7 @@ components:
 
 	const sidecar = "system:serviceaccount:csi-driver:csi-resizer"
 	const controller = "system:serviceaccount:csi-resizer-system:statefulset-resizer"
+	const webhook = "system:serviceaccount:csi-resizer-system:statefulset-resizer-webhook"
 	cases := []struct {
 		as, ns, verb, resource, subresource string
 		want                                bool
@@ -258,26 +263,52 @@ components:
 		{controller, "app", "patch", "persistentvolumeclaims", "status", false},
 		{controller, "app", "delete", "persistentvolumeclaims", "", false},
 		{controller, "app", "watch", "pods", "", true},
+		{controller, "app", "get", "pods", "", false}, // informers only: list and watch
+		{controller, "app", "get", "persistentvolumeclaims", "", false},
 		{controller, "app", "delete", "pods", "", false},
 		{controller, "", "watch", "storageclasses.storage.k8s.io", "", true},
+		{controller, "", "get", "storageclasses.storage.k8s.io", "", false},
+		// whether a StatefulSet's ControllerRevisions were orphaned; read only
+		{controller, "", "list", "controllerrevisions.apps", "", true},
+		{controller, "app", "delete", "controllerrevisions.apps", "", false},
+		// another install's Lease, in any namespace: listed, never written
+		{controller, "", "list", "leases.coordination.k8s.io", "", true},
+		{controller, "elsewhere", "get", "leases.coordination.k8s.io", "", false},
 		{controller, "", "patch", "storageclasses.storage.k8s.io", "", false},
 		{controller, "", "patch", "persistentvolumes", "", false},
 		{controller, "app", "create", "events", "", true},
 		{controller, "app", "get", "secrets", "", false},
 		{controller, "csi-resizer-system", "update", "leases.coordination.k8s.io", "", true},
 		{controller, "elsewhere", "update", "leases.coordination.k8s.io", "", false},
-		// statefulset-resizer's webhook: its certificate Secret, its configuration's CA bundle
-		{controller, "csi-resizer-system", "get", "secrets/statefulset-resizer-webhook-tls", "", true},
-		{controller, "csi-resizer-system", "update", "secrets/statefulset-resizer-webhook-tls", "", true},
-		{controller, "csi-resizer-system", "create", "secrets", "", true},
-		{controller, "csi-resizer-system", "get", "secrets/other", "", false},
-		{controller, "csi-resizer-system", "list", "secrets", "", false},
-		{controller, "elsewhere", "create", "secrets", "", false},
-		{controller, "", "get", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", true},
-		{controller, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", true},
-		{controller, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other", "", false},
-		{controller, "", "list", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", false},
-		{controller, "", "patch", "validatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", false},
+		// the webhook's certificate and configuration are not the controller's
+		{controller, "csi-resizer-system", "get", "secrets/statefulset-resizer-webhook-tls", "", false},
+		{controller, "csi-resizer-system", "create", "secrets", "", false},
+		{controller, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", false},
+		// statefulset-resizer's webhook, its own ServiceAccount: its certificate Secret, its
+		// configuration's CA bundle, and nothing else (it decides from the admission request)
+		{webhook, "csi-resizer-system", "get", "secrets/statefulset-resizer-webhook-tls", "", true},
+		{webhook, "csi-resizer-system", "update", "secrets/statefulset-resizer-webhook-tls", "", true},
+		{webhook, "csi-resizer-system", "create", "secrets", "", true},
+		{webhook, "csi-resizer-system", "get", "secrets/other", "", false},
+		{webhook, "csi-resizer-system", "list", "secrets", "", false},
+		{webhook, "elsewhere", "create", "secrets", "", false},
+		{webhook, "", "get", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", true},
+		{webhook, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", true},
+		{webhook, "", "patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io/other", "", false},
+		{webhook, "", "list", "mutatingwebhookconfigurations.admissionregistration.k8s.io", "", false},
+		{webhook, "", "patch", "validatingwebhookconfigurations.admissionregistration.k8s.io/statefulset-resizer", "", false},
+		{webhook, "app", "get", "statefulsets.apps", "", false},
+		{webhook, "app", "list", "statefulsets.apps", "", false},
+		{webhook, "app", "patch", "statefulsets.apps", "", false},
+		{webhook, "app", "update", "statefulsets.apps", "", false},
+		{webhook, "app", "create", "statefulsets.apps", "", false},
+		{webhook, "app", "delete", "statefulsets.apps", "", false},
+		{webhook, "app", "create", "pods", "", false},
+		{webhook, "app", "patch", "persistentvolumeclaims", "", false},
+		{webhook, "csi-resizer-system", "update", "configmaps", "", false},
+		{webhook, "csi-resizer-system", "update", "leases.coordination.k8s.io", "", false},
+		{webhook, "app", "create", "events", "", false},
+		{webhook, "app", "create", "serviceaccounts", "token", false},
 	}
 	for _, c := range cases {
 		args := []string{"auth", "can-i", c.verb, c.resource, "--as=" + c.as}

@@ -117,20 +117,19 @@ func TestCleanShutdownCSIResizer(t *testing.T) {
 	scenario.JSONLog(t, b)
 }
 
-// TestCleanShutdownStatefulSetResizer: statefulset-resizer (which always releases) with its
-// webhook. The leader serves the webhook the apiserver calls; after its SIGTERM, /readyz fails at
-// once while the apiserver's calls are still answered for --webhook-shutdown-delay (10s), and the
-// process exits 0 after that.
+// TestCleanShutdownStatefulSetResizer: statefulset-resizer's controller (which always releases)
+// and its webhook, two processes as in the shipped install. The standby controller's SIGTERM
+// leaves the Lease alone; the leader's hands it over at once. The webhook's SIGTERM fails /readyz
+// at once while the apiserver's calls are still answered for --webhook-shutdown-delay (10s), and
+// the process exits 0 after that.
 func TestCleanShutdownStatefulSetResizer(t *testing.T) {
 	e := startMock(t, scenario.Options{NoResizer: true})
 	kubeconfig := scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
 	const lease = "statefulset-resizer"
-	w := e.StartWebhook(t, kubeconfig, append([]string{"--webhook-shutdown-delay=10s"}, shutdownLease...)...)
-	a := w.Process
+	a := e.StartStatefulSetResizer(t, kubeconfig, shutdownLease...)
 	leader := e.WaitLeaseHolder(t, e.Namespace, lease, time.Minute, "the first replica", func(string) bool { return true })
-	port := framework.FreePort(t)
-	b := e.StartStatefulSetResizer(t, kubeconfig, append([]string{fmt.Sprintf("--webhook-port=%d", port), "--webhook-host=127.0.0.1",
-		"--webhook-namespace=" + e.Namespace, "--webhook-shutdown-delay=1s"}, shutdownLease...)...)
+	b := e.StartStatefulSetResizer(t, kubeconfig, shutdownLease...)
+	w := e.StartWebhook(t, "--webhook-shutdown-delay=10s", "--logging-format=json")
 
 	if code := terminate(t, b, 30*time.Second); code != 0 {
 		t.Errorf("the standby exited %d on SIGTERM, want 0", code)
@@ -151,8 +150,10 @@ func TestCleanShutdownStatefulSetResizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	history := e.WatchLease(t, e.Namespace, lease)
-	if err := syscall.Kill(a.Pid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	for _, p := range []*framework.Process{a, w.Process} {
+		if err := syscall.Kill(p.Pid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
 	}
 	readyz := strings.TrimSuffix(w.URL, webhook.Path) + webhook.ReadyPath
 	framework.Eventually(t, 5*time.Second, func() (bool, string) {
@@ -171,16 +172,18 @@ func TestCleanShutdownStatefulSetResizer(t *testing.T) {
 			t.Fatalf("a template change while the webhook drains (call %d): %v", i+1, err)
 		}
 	}
-	if err := a.WaitExit(time.Minute); err != nil && a.ExitCode() < 0 {
-		t.Fatal(err)
-	}
-	if code := a.ExitCode(); code != 0 {
-		t.Errorf("the leader exited %d on SIGTERM, want 0:\n%s", code, a.LogTail(20))
+	for name, p := range map[string]*framework.Process{"the leader": a, "the webhook": w.Process} {
+		if err := p.WaitExit(time.Minute); err != nil && p.ExitCode() < 0 {
+			t.Fatal(err)
+		}
+		if code := p.ExitCode(); code != 0 {
+			t.Errorf("%s exited %d on SIGTERM, want 0:\n%s", name, code, p.LogTail(20))
+		}
 	}
 	checkHandover(t, a, history)
 	for _, msg := range []string{"Stopping: the webhook is still served meanwhile", "Draining the admission webhook"} {
-		if _, ok := scenario.FirstEntry(scenario.JSONLog(t, a), msg); !ok {
-			t.Errorf("the leader did not log %q", msg)
+		if _, ok := scenario.FirstEntry(scenario.JSONLog(t, w.Process), msg); !ok {
+			t.Errorf("the webhook did not log %q", msg)
 		}
 	}
 	e.WaitLeaseHolder(t, e.Namespace, lease, 30*time.Second, "the standby, long before the 60s lease expired", func(h string) bool { return h != leader })

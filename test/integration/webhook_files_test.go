@@ -31,7 +31,7 @@ import (
 // renews) is served without a restart, and the apiserver keeps calling the webhook.
 func TestWebhookFileCertificates(t *testing.T) {
 	e := scenario.Start(t, scenario.Options{NoResizer: true})
-	kubeconfig := scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
+	scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	ca, err := framework.NewCA("cert-manager-test-ca")
@@ -42,8 +42,8 @@ func TestWebhookFileCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := framework.FreePort(t)
-	e.StartStatefulSetResizer(t, kubeconfig, fmt.Sprintf("--webhook-port=%d", port), "--webhook-namespace="+e.Namespace,
-		"--webhook-tls-cert-file="+certFile, "--webhook-tls-private-key-file="+keyFile)
+	e.StartWebhookProcesses(t, []string{fmt.Sprintf("--webhook-port=%d", port), "--webhook-namespace=" + e.Namespace,
+		"--webhook-tls-cert-file=" + certFile, "--webhook-tls-private-key-file=" + keyFile})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	name := e.RegisterShippedWebhookWithCA(t, "https://"+addr+webhook.Path, ca.PEM)
 	e.WaitWebhookActive(t)

@@ -29,7 +29,7 @@ const webhookSecret = "statefulset-resizer-webhook-tls"
 // new bundle injected, and the apiserver calls the webhook with the new certificate.
 func TestWebhookRenewsAgeingCertificate(t *testing.T) {
 	e := scenario.Start(t, scenario.Options{NoResizer: true})
-	kubeconfig := scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
+	scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
 	now := time.Now()
 	old, err := framework.NewCAValid("last-year", now.Add(-300*24*time.Hour), now.Add(65*24*time.Hour))
 	if err != nil {
@@ -51,7 +51,7 @@ func TestWebhookRenewsAgeingCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	w := e.StartWebhook(t, kubeconfig) // waits for the injection and for the apiserver to call it
+	w := e.StartWebhook(t) // waits for the injection and for the apiserver to call it
 	secret, err := e.Client.CoreV1().Secrets(e.Namespace).Get(e.Ctx, webhookSecret, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -90,14 +90,13 @@ func TestWebhookRenewsAgeingCertificate(t *testing.T) {
 // the fake clientset (TestCertManagerCreateRace).
 func TestWebhookReplicasShareCertificate(t *testing.T) {
 	e := scenario.Start(t, scenario.Options{NoResizer: true})
-	kubeconfig := scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
+	scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
 	ports := []int{framework.FreePort(t), framework.FreePort(t)}
 	var argLists [][]string
 	for _, port := range ports {
-		argLists = append(argLists, []string{fmt.Sprintf("--webhook-port=%d", port), "--webhook-host=127.0.0.1",
-			"--webhook-namespace=" + e.Namespace, "--webhook-certificate-check-interval=1s"})
+		argLists = append(argLists, scenario.WebhookArgs(e.Namespace, port))
 	}
-	e.StartStatefulSetResizers(t, kubeconfig, argLists...)
+	e.StartWebhookProcesses(t, argLists...)
 	e.RegisterShippedWebhook(t, fmt.Sprintf("https://127.0.0.1:%d%s", ports[0], webhook.Path))
 	e.WaitWebhookActive(t)
 	secret, err := e.Client.CoreV1().Secrets(e.Namespace).Get(e.Ctx, webhookSecret, metav1.GetOptions{})

@@ -23,12 +23,12 @@ import (
 	"github.com/csi-resizer/csi-resizer/test/scenario"
 )
 
-// The admission side of statefulset-resizer's webhook on the real apiserver: statefulset-resizer
-// runs as a process with the shipped RBAC, generates its certificates into its Secret and
-// injects the CA bundle into the shipped MutatingWebhookConfiguration (registered here by URL on
-// 127.0.0.1 instead of a Service); kubectl is the user. The PVC side (growth, re-create) is
-// tested with the controller elsewhere; here no kube-controller-manager runs, so the controller
-// decides nothing and every change seen is the webhook's.
+// The admission side of statefulset-resizer's webhook on the real apiserver: `statefulset-resizer
+// webhook` runs as a process with the webhook's shipped ServiceAccount and RBAC, generates its
+// certificates into its Secret and injects the CA bundle into the shipped
+// MutatingWebhookConfiguration (registered here by URL on 127.0.0.1 instead of a Service);
+// kubectl is the user. The PVC side (growth, re-create) is tested with the controller elsewhere;
+// here no controller runs, so every change seen is the webhook's.
 
 // forbiddenTemplates is the apiserver's usual answer to a volumeClaimTemplates change.
 const forbiddenTemplates = "spec: Forbidden: updates to statefulset spec for fields other than"
@@ -41,7 +41,8 @@ type webhookEnv struct {
 
 func TestWebhook(t *testing.T) {
 	e := scenario.Start(t, scenario.Options{NoResizer: true})
-	w := startWebhook(t, e, scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace))
+	scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
+	w := startWebhook(t, e)
 
 	t.Run("ClientSideApply", w.testClientSideApply)
 	t.Run("ServerSideApply", w.testServerSideApply)
@@ -55,14 +56,14 @@ func TestWebhook(t *testing.T) {
 	t.Run("NotOptedInUntouched", w.testNotOptedIn)
 	t.Run("NamespaceOptIn", w.testNamespaceOptIn)
 	t.Run("RestartKeepsCertificate", w.testRestartKeepsCertificate)
-	t.Run("WebhookDownUsualError", w.testWebhookDown) // last: stops statefulset-resizer
+	t.Run("WebhookDown", w.testWebhookDown) // last: stops the webhook, then starts it again
 }
 
-// startWebhook runs statefulset-resizer with kubeconfig serving the webhook (plus args) and
-// the shipped configuration registered by URL, once the apiserver calls it (scenario.StartWebhook).
-func startWebhook(t *testing.T, e *scenario.Env, kubeconfig string, args ...string) *webhookEnv {
+// startWebhook runs `statefulset-resizer webhook` (plus args) with the shipped configuration
+// registered by URL, once the apiserver calls it (scenario.StartWebhook).
+func startWebhook(t *testing.T, e *scenario.Env, args ...string) *webhookEnv {
 	t.Helper()
-	return &webhookEnv{Env: e, dir: t.TempDir(), resizer: e.StartWebhook(t, kubeconfig, args...).Process}
+	return &webhookEnv{Env: e, dir: t.TempDir(), resizer: e.StartWebhook(t, args...).Process}
 }
 
 // manifest is a StatefulSet as a user keeps it in Git: one template "data" of size, opted in
@@ -372,8 +373,22 @@ func (w *webhookEnv) testRestartKeepsCertificate(t *testing.T) {
 	}
 }
 
+// pendingEntry is the configuration's failurePolicy Fail entry for a StatefulSet opted in by its
+// own label that has a pending change: the apiserver names it when it refuses an update.
+const pendingEntry = "pending-volume-claim-template-change.statefulsets.csi-resizer.io"
+
+// With the webhook down: a template change of an object without a pending change gets the
+// apiserver's usual error and other updates of it go through (failurePolicy Ignore). Finding 4 of
+// issue 31: an object with a pending change (recorded while the webhook was up) is where a revert
+// restating the live size, as kubectl apply from Git, would be taken without the webhook and the
+// annotation kept; it is refused, with a message naming the Fail entry, and nothing changes. The
+// same update of the object without a pending change is accepted. With the webhook back, the
+// revert cancels the pending change.
 func (w *webhookEnv) testWebhookDown(t *testing.T) {
 	w.kubectl(t, "apply", "-f", w.write(t, w.manifest("down", "1Gi", true)))
+	w.kubectl(t, "apply", "-f", w.write(t, w.manifest("pending", "1Gi", true)))
+	w.kubectl(t, "apply", "-f", w.write(t, w.manifest("pending", "3Gi", true)))
+	expect(t, w.get(t, w.Namespace, "pending"), "1Gi", desireJSON("3Gi"))
 	if err := w.resizer.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -387,6 +402,43 @@ func (w *webhookEnv) testWebhookDown(t *testing.T) {
 	}
 	// Other updates still go through (failurePolicy Ignore).
 	w.kubectl(t, "-n", w.Namespace, "label", "statefulset/down", "tier=db")
+
+	// The revert of Git to the live size, client-side and server-side: refused.
+	revert := w.manifest("pending", "1Gi", true)
+	revert.Spec.Replicas = ptr.To[int32](2) // an update whatever the webhook would do to the templates
+	file := w.write(t, revert)
+	pendingBefore := w.get(t, w.Namespace, "pending")
+	for _, apply := range [][]string{{"apply"}, {"apply", "--server-side", "--force-conflicts"}} {
+		out, err := w.Cluster.Kubectl(t, append(apply, "-f", file)...)
+		if want := `failed calling webhook "` + pendingEntry + `"`; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("kubectl %s of the revert with the webhook down: %v %s; want a refusal containing %q", strings.Join(apply, " "), err, out, want)
+		}
+	}
+	pendingAfter := w.get(t, w.Namespace, "pending")
+	expect(t, pendingAfter, "1Gi", desireJSON("3Gi"))
+	if pendingAfter.ResourceVersion != pendingBefore.ResourceVersion {
+		t.Errorf("a refused revert changed the object: resourceVersion %s -> %s", pendingBefore.ResourceVersion, pendingAfter.ResourceVersion)
+	}
+	// The same update of the object without a pending change: accepted.
+	same := w.manifest("down", "1Gi", true)
+	same.Spec.Replicas = ptr.To[int32](2)
+	w.kubectl(t, "apply", "-f", w.write(t, same))
+	if s := w.get(t, w.Namespace, "down"); *s.Spec.Replicas != 2 {
+		t.Errorf("down: replicas %d, want the applied 2", *s.Spec.Replicas)
+	}
+
+	// The webhook back: the same revert is taken, and cancels the pending change.
+	w.resizer.Start(t)
+	w.resizer.WaitHTTP(t, "/healthz", 90*time.Second)
+	framework.Eventually(t, 60*time.Second, func() (bool, string) {
+		out, err := w.Cluster.Kubectl(t, "apply", "-f", file)
+		return err == nil, fmt.Sprintf("the revert with the webhook back: %v %s", err, out)
+	})
+	s := w.get(t, w.Namespace, "pending")
+	expect(t, s, "1Gi", "")
+	if *s.Spec.Replicas != 2 {
+		t.Errorf("pending: replicas %d, want the applied 2", *s.Spec.Replicas)
+	}
 }
 
 // kubectlOut runs the real kubectl with env added to its environment (EDITOR for kubectl edit)

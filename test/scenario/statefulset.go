@@ -38,16 +38,25 @@ const StatefulSetResizerComponent = "statefulset-resizer"
 const TemplateName = "data"
 
 // rbacKinds are the objects of deploy/kubernetes/statefulset-resizer that ApplyStatefulSetResizerRBAC
-// applies (not the Deployment nor the Service: the tests run the binary themselves).
+// applies (not the Deployments nor the Services: the tests run the binary themselves).
 var rbacKinds = map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
 
-// ApplyStatefulSetResizerRBAC renders deploy/kubernetes/statefulset-resizer through a
-// kustomization that sets the namespace ns (as a user does), applies only its RBAC objects and
-// its ServiceAccount, and returns a kubeconfig of that ServiceAccount: a process run with it has
-// exactly the permissions the project ships.
+// The ServiceAccounts of the shipped install: the controller's (the base) and the webhook's (the
+// webhook component).
+const (
+	ControllerServiceAccount = "statefulset-resizer"
+	WebhookServiceAccount    = "statefulset-resizer-webhook"
+)
+
+// ApplyStatefulSetResizerRBAC renders deploy/kubernetes/statefulset-resizer with its webhook
+// component through a kustomization that sets the namespace ns (as a user does), applies only
+// their RBAC objects and ServiceAccounts, and returns a kubeconfig of the controller's
+// ServiceAccount: a process run with it has exactly the permissions the project ships. The
+// webhook's is WebhookKubeconfig (StartWebhook uses it).
 func ApplyStatefulSetResizerRBAC(t testing.TB, cluster *framework.Cluster, ns string) string {
 	t.Helper()
-	rendered := RenderInNamespace(t, cluster, filepath.Join("deploy", "kubernetes", "statefulset-resizer"), ns)
+	base := filepath.Join("deploy", "kubernetes", "statefulset-resizer")
+	rendered := renderInNamespace(t, cluster, ns, base, filepath.Join(base, "webhook"))
 	var keep []string
 	kinds := map[string]int{}
 	for _, doc := range strings.Split(rendered, "\n---\n") {
@@ -70,7 +79,14 @@ func ApplyStatefulSetResizerRBAC(t testing.TB, cluster *framework.Cluster, ns st
 	if out, err := cluster.KubectlWithInput(t, strings.Join(keep, "\n---\n"), "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply the statefulset-resizer RBAC: %v\n%s", err, out)
 	}
-	return cluster.ServiceAccountKubeconfig(t, ns, "statefulset-resizer")
+	return cluster.ServiceAccountKubeconfig(t, ns, ControllerServiceAccount)
+}
+
+// WebhookKubeconfig returns a kubeconfig of the webhook's ServiceAccount in ns (applied by
+// ApplyStatefulSetResizerRBAC).
+func WebhookKubeconfig(t testing.TB, cluster *framework.Cluster, ns string) string {
+	t.Helper()
+	return cluster.ServiceAccountKubeconfig(t, ns, WebhookServiceAccount)
 }
 
 // StartStatefulSetResizer runs the statefulset-resizer binary as a separate process with

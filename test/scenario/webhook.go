@@ -1,9 +1,11 @@
 package scenario
 
-// statefulset-resizer's admission webhook on the real apiserver: the process serves it on
+// statefulset-resizer's admission webhook on the real apiserver: `statefulset-resizer webhook`
+// runs as its own process with the webhook's ServiceAccount (WebhookKubeconfig), serves it on
 // 127.0.0.1 with certificates it generates, the shipped MutatingWebhookConfiguration is
 // registered with a URL instead of its Service reference (there is no Service without a
-// cluster network), and the process injects its CA bundle into it, as it does in a cluster.
+// cluster network), and the process injects its CA bundle into it, as it does in a cluster. The
+// controller, when a test needs it, is another process (StartStatefulSetResizer).
 
 import (
 	"fmt"
@@ -27,8 +29,8 @@ import (
 // relative to the repository root.
 var ShippedWebhookConfiguration = filepath.Join("deploy", "kubernetes", "statefulset-resizer", "webhook", "mutatingwebhookconfiguration.yaml")
 
-// Webhook is a statefulset-resizer process serving the admission webhook, registered with the
-// apiserver by URL.
+// Webhook is a `statefulset-resizer webhook` process serving the admission webhook, registered
+// with the apiserver by URL.
 type Webhook struct {
 	Process *framework.Process
 	// URL is what the apiserver calls: https://127.0.0.1:<port><webhook.Path>.
@@ -37,21 +39,59 @@ type Webhook struct {
 	Configuration string
 }
 
-// StartWebhook runs statefulset-resizer (StartStatefulSetResizer) with kubeconfig, serving the
-// webhook on 127.0.0.1 with generated certificates (Secret in the env's namespace, bundle
-// checked every second, served 1 s after SIGTERM: there is no Service to drain here), followed
-// by args; registers the shipped configuration by URL (RegisterShippedWebhook) and waits until
-// the apiserver calls the webhook (WaitWebhookActive).
-func (e *Env) StartWebhook(t testing.TB, kubeconfig string, args ...string) *Webhook {
+// StartWebhook runs `statefulset-resizer webhook` (StartWebhookProcesses) serving on 127.0.0.1
+// with generated certificates (Secret in the env's namespace, bundle checked every second,
+// served 1 s after SIGTERM: there is no Service to drain here), followed by args; registers the
+// shipped configuration by URL (RegisterShippedWebhook) and waits until the apiserver calls the
+// webhook (WaitWebhookActive). ApplyStatefulSetResizerRBAC must have been applied in the env's
+// namespace.
+func (e *Env) StartWebhook(t testing.TB, args ...string) *Webhook {
 	t.Helper()
 	port := framework.FreePort(t)
-	p := e.StartStatefulSetResizer(t, kubeconfig, append([]string{
-		fmt.Sprintf("--webhook-port=%d", port), "--webhook-host=127.0.0.1", "--webhook-shutdown-delay=1s",
-		"--webhook-namespace=" + e.Namespace, "--webhook-certificate-check-interval=1s"}, args...)...)
+	p := e.StartWebhookProcesses(t, append(WebhookArgs(e.Namespace, port), args...))[0]
 	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, webhook.Path)
 	w := &Webhook{Process: p, URL: url, Configuration: e.RegisterShippedWebhook(t, url)}
 	e.WaitWebhookActive(t)
 	return w
+}
+
+// WebhookArgs are the webhook flags of StartWebhook: port on 127.0.0.1, generated certificates
+// in namespace ns checked every second, a 1 s drain.
+func WebhookArgs(ns string, port int) []string {
+	return []string{fmt.Sprintf("--webhook-port=%d", port), "--webhook-host=127.0.0.1", "--webhook-shutdown-delay=1s",
+		"--webhook-namespace=" + ns, "--webhook-certificate-check-interval=1s"}
+}
+
+// StartWebhookProcesses runs one `statefulset-resizer webhook` process per argument list, all
+// started before waiting for any (replicas), as the webhook's ServiceAccount:
+//
+//	webhook --kubeconfig=<WebhookKubeconfig> --http-endpoint=127.0.0.1:<free port> -v=4
+//
+// followed by the args, and waits until each serves /healthz. As for the controller, a log
+// line saying the apiserver refused it something fails the test when it ends.
+func (e *Env) StartWebhookProcesses(t testing.TB, argLists ...[]string) []*framework.Process {
+	t.Helper()
+	kubeconfig := WebhookKubeconfig(t, e.Cluster, e.Namespace)
+	var procs []*framework.Process
+	for i, args := range argLists {
+		addr := fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t))
+		all := append([]string{"webhook", "--kubeconfig=" + kubeconfig, "--http-endpoint=" + addr, "-v=4"}, args...)
+		name := "statefulset-resizer-webhook"
+		if i > 0 {
+			name = fmt.Sprintf("statefulset-resizer-webhook-%d", i)
+		}
+		p := framework.NewProcess(t, name, framework.BuildStatefulSetResizer(t), all...)
+		p.HTTPAddr = addr
+		procs = append(procs, p)
+	}
+	for _, p := range procs {
+		p.Start(t)
+	}
+	for _, p := range procs {
+		p.WaitHTTP(t, "/healthz", 90*time.Second)
+		e.failOnForbidden(t, p)
+	}
+	return procs
 }
 
 // RegisterShippedWebhook creates the shipped MutatingWebhookConfiguration with every webhook's

@@ -10,8 +10,12 @@
 // Decide is the pure decision over one admission request; Handler serves it as
 // AdmissionReview v1 over HTTPS and never denies a request (the webhook is
 // registered with failurePolicy Ignore: when it is down or says nothing, the
-// apiserver answers as it does without it), but warns the client of what
-// happened to its template change or to a pending one. Certificates are
+// apiserver answers as it does without it; and, for an object with a pending
+// change, with failurePolicy Fail, in entries of their own served on the same
+// path: docs/design.md §3.9), but warns the client of what happened to its
+// template change or to a pending one. It reads nothing from the API: the
+// `statefulset-resizer webhook` process that serves it runs with a
+// ServiceAccount that can write nothing but its certificate. Certificates are
 // managed by CertManager (generated, kept in a Secret, CA bundle injected) or
 // read from files by FileCertificate.
 package webhook

@@ -45,6 +45,32 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: controller
 {{- end }}
 
+{{/*
+The webhook pods' selector (immutable on the Deployment: never change it).
+*/}}
+{{- define "statefulset-resizer.webhookSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "statefulset-resizer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: webhook
+{{- end }}
+
+{{/*
+The webhook's ServiceAccount: its own, never the controller's (the process that parses the
+apiserver's requests holds a token that can write nothing but its certificate).
+*/}}
+{{- define "statefulset-resizer.webhookServiceAccountName" -}}
+{{- $name := "" }}
+{{- if .Values.webhook.serviceAccount.create }}
+{{- $name = default (printf "%s-webhook" (include "statefulset-resizer.fullname" .) | trunc 63 | trimSuffix "-") .Values.webhook.serviceAccount.name }}
+{{- else }}
+{{- $name = required "webhook.serviceAccount.name is required when webhook.serviceAccount.create=false (the existing ServiceAccount to bind)" .Values.webhook.serviceAccount.name }}
+{{- end }}
+{{- if eq $name (include "statefulset-resizer.serviceAccountName" .) }}
+{{- fail (printf "the webhook's ServiceAccount %s is the controller's: the webhook must run with its own (webhook.serviceAccount.name), which can write nothing but its certificate" $name) }}
+{{- end }}
+{{- $name }}
+{{- end }}
+
 {{- define "statefulset-resizer.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "statefulset-resizer.fullname" .) .Values.serviceAccount.name }}
@@ -78,7 +104,7 @@ Leader election: on when asked; replicas > 1 without it is refused (two active c
 {{- end }}
 
 {{/*
-The fields both entries of the MutatingWebhookConfiguration share.
+The fields every entry of the MutatingWebhookConfiguration shares (failurePolicy is per entry).
 */}}
 {{- define "statefulset-resizer.webhookCommon" -}}
 admissionReviewVersions: ["v1"]
@@ -95,10 +121,26 @@ rules:
   operations: ["UPDATE"]
   scope: Namespaced
 matchPolicy: Equivalent
-failurePolicy: Ignore
 sideEffects: None
 timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 reinvocationPolicy: Never
+{{- end }}
+
+{{/*
+CEL over the request (matchConditions): the live object carries a pending change.
+*/}}
+{{- define "statefulset-resizer.pendingChange" -}}
+oldObject != null && has(oldObject.metadata.annotations) && 'csi-resizer.io/desired-volume-claim-templates' in oldObject.metadata.annotations
+{{- end }}
+
+{{/*
+CEL over the request: the writer is the controller (a ServiceAccount of its name: the kustomize
+base cannot write the namespace into the expression, and the chart says the same) or the garbage
+collector (its ServiceAccount, or kube-controller-manager's own user), whose updates never wait for
+the webhook.
+*/}}
+{{- define "statefulset-resizer.exemptWriter" -}}
+request.userInfo.username in ['system:serviceaccount:kube-system:generic-garbage-collector', 'system:kube-controller-manager'] || (request.userInfo.username.startsWith('system:serviceaccount:') && request.userInfo.username.endsWith(':{{ include "statefulset-resizer.serviceAccountName" . }}'))
 {{- end }}
 
 {{/*
@@ -123,15 +165,11 @@ reinvocationPolicy: Never
 {{- end }}
 
 {{/*
-The pod's terminationGracePeriodSeconds: 30 s for the controller (on SIGTERM the leader's
-workers finish the StatefulSet they are on, 10 s at most; then the Lease is released, within
---leader-election-renew-deadline, 10 s; 10 s of margin), plus the webhook's drain when the webhook
-is on. The drain runs alongside the controller's stop, so this is an upper bound, not a wait: the
-process exits as soon as both are done. The kustomize base has 30, its webhook component 40.
+The webhook pod's terminationGracePeriodSeconds: the drain (webhook.shutdownDelaySeconds), then
+5 s at most for the requests under way, and margin: the drain plus 20. The kustomize component
+has 30 (a 10 s drain). The controller's is 30 (its workers' 10 s, the Lease release within the
+renew deadline's 10 s, 10 s of margin), as the kustomize base's.
 */}}
-{{- define "statefulset-resizer.terminationGracePeriodSeconds" -}}
-{{- if .Values.webhook.enabled }}
-{{- add 30 (include "statefulset-resizer.webhookShutdownDelaySeconds" . | int) }}
-{{- else }}30
-{{- end }}
+{{- define "statefulset-resizer.webhookTerminationGracePeriodSeconds" -}}
+{{- add 20 (include "statefulset-resizer.webhookShutdownDelaySeconds" . | int) }}
 {{- end }}
