@@ -56,6 +56,11 @@ type policyEnv struct {
 	ctl, hook, alice kubernetes.Interface
 }
 
+// policyClusterOptions: kube-controller-manager only for the controller that type-checks the
+// policies and reports warnings in their status; no garbage collector, so an orphan-deleted
+// StatefulSet stays terminating as long as the test looks at it.
+var policyClusterOptions = framework.ClusterOptions{ControllerManager: true, Controllers: []string{"validatingadmissionpolicy-status-controller"}}
+
 const (
 	optedNS = "opted" // labelled csi-resizer.io/volume-claim-template-updates=enabled
 	plainNS = "plain" // not labelled
@@ -68,7 +73,7 @@ func TestAdmissionPolicyKustomize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster := framework.StartCluster(t, framework.ClusterOptions{})
+	cluster := framework.StartCluster(t, policyClusterOptions)
 	manifests := render(t, cluster, filepath.Join(root, "deploy", "kubernetes"), manifestRender{name: "statefulset-resizer with the policy component", wrapper: `namespace: csi-resizer-system
 resources:
 - @DEPLOY@/statefulset-resizer
@@ -91,7 +96,7 @@ func TestAdmissionPolicyHelm(t *testing.T) {
 		t.Fatal(err)
 	}
 	helm := helmBinary(t, root)
-	cluster := framework.StartCluster(t, framework.ClusterOptions{})
+	cluster := framework.StartCluster(t, policyClusterOptions)
 	out := helmRender(t, helm, root, "sr", "resizer-ops")
 	e := startPolicyEnv(t, cluster, policyInstall{
 		manifests: out, namespace: "resizer-ops",
@@ -316,10 +321,12 @@ func (e *policyEnv) checkController(t *testing.T) {
 	}
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	notOpted := "may create only StatefulSets opted in to volumeClaimTemplates updates"
-	e.expect(t, "create not opted in", p, create(plainNS, "a", nil, metav1.CreateOptions{}), notOpted, "StatefulSet plain/a is not labelled")
+	e.expect(t, "create not opted in", p, create(plainNS, "a", nil, metav1.CreateOptions{}), notOpted,
+		"StatefulSet plain/a is not labelled csi-resizer.io/volume-claim-template-updates=enabled, nor is its namespace")
 	e.expect(t, "dry-run create not opted in", p, create(plainNS, "a", nil, dry), notOpted)
 	e.expect(t, "create opted out of its namespace's opt-in", p,
-		create(optedNS, "opted-out", map[string]string{desired.OptInLabel: "disabled"}, metav1.CreateOptions{}), notOpted)
+		create(optedNS, "opted-out", map[string]string{desired.OptInLabel: "disabled"}, metav1.CreateOptions{}), notOpted,
+		"StatefulSet opted/opted-out is labelled csi-resizer.io/volume-claim-template-updates=disabled, which opts it out")
 	e.expect(t, "create opted in by its label", "", create(plainNS, "labelled", optedIn, metav1.CreateOptions{}))
 	e.expect(t, "create opted in by its namespace", "", create(optedNS, "by-namespace", nil, metav1.CreateOptions{}))
 	e.expect(t, "dry-run create opted in", "", create(optedNS, "dry", nil, dry))
@@ -395,7 +402,8 @@ func (e *policyEnv) checkControllerDelete(t *testing.T) {
 	e.expect(t, "delete without a propagation policy", p, del(optedNS, "recreated", metav1.DeleteOptions{}),
 		onlyOrphan, "asks for propagationPolicy none (the default, Background)")
 	yes := true
-	e.expect(t, "delete with the deprecated orphanDependents", p, del(optedNS, "recreated", metav1.DeleteOptions{OrphanDependents: &yes}), onlyOrphan)
+	e.expect(t, "delete with the deprecated orphanDependents", p, del(optedNS, "recreated", metav1.DeleteOptions{OrphanDependents: &yes}), onlyOrphan,
+		"none but the deprecated orphanDependents")
 	e.expect(t, "orphan delete without the finalizer", p, del(plainNS, "no-finalizer", metav1.DeleteOptions{PropagationPolicy: &orphan}),
 		"may delete only StatefulSets that carry the finalizer csi-resizer.io/recreate", "StatefulSet plain/no-finalizer does not")
 	e.expect(t, "orphan delete not opted in", p, del(plainNS, "not-opted-in", metav1.DeleteOptions{PropagationPolicy: &orphan}),
