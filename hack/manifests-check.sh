@@ -157,17 +157,21 @@ if render "$w" "$tmp/ns-sts-webhook"; then
     fail "statefulset-resizer + webhook: the webhooks' clientConfig.service.namespace is not the kustomization's namespace"
   grep -q -- '- --webhook-port=9443' "$tmp/ns-sts-webhook" || fail "statefulset-resizer + webhook: --webhook-port=9443 not on the Deployment"
 fi
-# The policy component: three cluster-scoped policies and their bindings, no namespace even with
-# one set, and the Deny action on every binding.
+# The policy component: three cluster-scoped policies, each with its binding and the Deny action.
+# (kustomize's built-in schema predates ValidatingAdmissionPolicy, so the namespace transformer
+# gives these cluster-scoped objects a metadata.namespace; kubectl and the apiserver drop it.)
 w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/statefulset-resizer\ncomponents:\n- @REL@/statefulset-resizer/webhook\n- @REL@/statefulset-resizer/policy')
 if render "$w" "$tmp/ns-sts-policy"; then
   got=$(counts "$tmp/ns-sts-policy")
   [[ "$got" == "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=1 ValidatingAdmissionPolicy=3 ValidatingAdmissionPolicyBinding=3" ]] ||
     fail "statefulset-resizer + webhook + policy renders [$got]"
-  awk '/^kind: /{k=$2} /^  namespace: /{if (k ~ /^ValidatingAdmissionPolicy/) print k}' "$tmp/ns-sts-policy" | grep -q . &&
-    fail "statefulset-resizer + policy: a ValidatingAdmissionPolicy or binding got a namespace"
-  [[ $(grep -c '^  validationActions: \[Deny\]$' "$tmp/ns-sts-policy") == 3 ]] ||
+  [[ $(grep -A2 '^  validationActions:$' "$tmp/ns-sts-policy" | grep -c '^  - Deny$') == 3 &&
+     $(grep -A2 '^  validationActions:$' "$tmp/ns-sts-policy" | grep -c '^  - ') == 3 ]] ||
     fail "statefulset-resizer + policy: want validationActions [Deny] on each of the 3 bindings"
+  for p in controller recreate-guard webhook; do
+    grep -q "^  policyName: statefulset-resizer-$p$" "$tmp/ns-sts-policy" ||
+      fail "statefulset-resizer + policy: no binding of the policy statefulset-resizer-$p"
+  done
 fi
 render "$deploy/sidecar/examples/csi-hostpath" "$tmp/hostpath" && check_subjects "sidecar/examples/csi-hostpath" "$tmp/hostpath" default
 
