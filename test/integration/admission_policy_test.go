@@ -21,11 +21,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/controller"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 	"github.com/csi-resizer/csi-resizer/test/framework"
+	"github.com/csi-resizer/csi-resizer/test/scenario"
 )
 
 // The ValidatingAdmissionPolicies of deploy/kubernetes/statefulset-resizer/policy and of the Helm
@@ -528,4 +531,50 @@ func (e *policyEnv) checkIdentity(t *testing.T) {
 	_, err = e.alice.AppsV1().StatefulSets(plainNS).Create(e.ctx, newStatefulSet(plainNS, "alices", nil), metav1.CreateOptions{})
 	e.expect(t, "a user creates a StatefulSet not opted in", "", err)
 	e.expect(t, "the admin changes its spec", "", e.patch(e.admin, plainNS, "alices", `{"spec":{"replicas":4}}`))
+}
+
+// TestAdmissionPolicyRealRecreate runs the real statefulset-resizer (its ServiceAccount's token,
+// the shipped RBAC) under the policy component through a whole re-create of a StatefulSet
+// applied server-side: the finalizer, the orphan delete with preconditions, the release, the
+// create and the managedFields restore all pass the policies (a refusal in its log fails the
+// test), and the field managers own what they owned (the next apply needs no force).
+func TestAdmissionPolicyRealRecreate(t *testing.T) {
+	s := startSTSEnv(t)
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectlInput(t, s.Cluster, render(t, s.Cluster, filepath.Join(root, "deploy", "kubernetes"), manifestRender{name: "the policy component", wrapper: `components:
+- @DEPLOY@/statefulset-resizer/policy
+`}), "apply", "-f", "-")
+	ctl := (&policyEnv{t: t, cluster: s.Cluster}).serviceAccount(s.Namespace, "statefulset-resizer")
+	framework.Eventually(t, 60*time.Second, func() (bool, string) {
+		_, err := ctl.AppsV1().StatefulSets(s.Namespace).Create(s.Ctx, newStatefulSet(s.Namespace, "probe", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), policyDenial("statefulset-resizer-controller")), fmt.Sprintf("the controller policy is not enforced yet: %v", err)
+	})
+
+	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
+	s.EnsureNode(t)
+	sts := s.NewStatefulSet(scenario.StatefulSetOptions{Name: "db", Replicas: 1, Policy: appsv1.ParallelPodManagement, Size: "1Gi"})
+	s.PrecreateVolumes(t, sts)
+	apply := func() {
+		t.Helper()
+		if out, err := s.Cluster.KubectlWithInput(t, manifest(t, sts), "apply", "--server-side", "-f", "-"); err != nil {
+			t.Fatalf("apply --server-side: %v\n%s", err, out)
+		}
+	}
+	apply()
+	s.RunPod(t, "db", 0)
+	old, _ := s.WaitTemplateStatus(t, "db", stsTimeout, scenario.Finished)
+	s.setDesire(t, "db", desire(t, "2Gi"), nil)
+	s.waitDone(t, scenario.ClaimName("db", 0), "2Gi")
+	s.waitRecreated(t, "db", old.UID, "2Gi")
+	s.WaitStatefulSetEvent(t, "db", controller.EventRecreated, stsTimeout, string(old.UID))
+
+	scenario.WithSize("2Gi")(sts)
+	sts.Spec.Replicas = ptr.To[int32](0)
+	apply() // without --force-conflicts: the field ownership was given back
+	if err := s.Client.AppsV1().StatefulSets(s.Namespace).Delete(s.Ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("delete of the re-created StatefulSet (no re-create under way): %v", err)
+	}
 }
