@@ -152,7 +152,8 @@ func startPolicyEnv(t *testing.T, cluster *framework.Cluster, inst policyInstall
 		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: inst.namespace, Name: inst.webhookSA})
 	e.grant("policy-test-statefulsets", "apps", "statefulsets",
 		rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"},
-		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "elsewhere", Name: inst.controllerSA})
+		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "elsewhere", Name: inst.controllerSA},
+		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: inst.namespace, Name: "prod-" + inst.controllerSA})
 	e.ctl = e.serviceAccount(inst.namespace, inst.controllerSA)
 	e.hook = e.serviceAccount(inst.namespace, inst.webhookSA)
 	e.alice = e.impersonate("alice", "system:authenticated")
@@ -527,6 +528,10 @@ func (e *policyEnv) checkIdentity(t *testing.T) {
 		e.expect(t, "same name, other namespace (Helm)", "", err)
 	} else {
 		e.expect(t, "same name, other namespace (kustomize)", e.inst.controller, err, "may create only StatefulSets opted in")
+		// A kustomization with namePrefix: prod- renames the ServiceAccount; still confined.
+		prefixed := e.serviceAccount(e.inst.namespace, "prod-"+e.inst.controllerSA)
+		_, err = prefixed.AppsV1().StatefulSets(plainNS).Create(e.ctx, newStatefulSet(plainNS, "prefixed", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		e.expect(t, "a namePrefix (kustomize)", e.inst.controller, err, "may create only StatefulSets opted in")
 	}
 	_, err = e.alice.AppsV1().StatefulSets(plainNS).Create(e.ctx, newStatefulSet(plainNS, "alices", nil), metav1.CreateOptions{})
 	e.expect(t, "a user creates a StatefulSet not opted in", "", err)
