@@ -179,14 +179,9 @@ func (e *policyEnv) grant(name, group, resource string, subjects ...rbacv1.Subje
 }
 
 func (e *policyEnv) impersonate(user string, groups ...string) kubernetes.Interface {
-	e.t.Helper()
 	cfg := rest.CopyConfig(e.cluster.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return c
+	return kubernetes.NewForConfigOrDie(cfg) // fails only on a malformed config, which the cluster's is not
 }
 
 // serviceAccount impersonates namespace/name with the groups its token would give it.
@@ -215,7 +210,7 @@ func (e *policyEnv) waitEnforced() {
 			return true, ""
 		})
 	}
-	e.sts(plainNS, "wait-guard", nil, recreate.Finalizer)
+	e.sts(e.t, plainNS, "wait-guard", nil, recreate.Finalizer)
 	dry := []string{metav1.DryRunAll}
 	for _, probe := range []struct {
 		policy string
@@ -295,11 +290,11 @@ func newStatefulSet(ns, name string, labels map[string]string, finalizers ...str
 }
 
 // sts creates a StatefulSet as admin.
-func (e *policyEnv) sts(ns, name string, labels map[string]string, finalizers ...string) *appsv1.StatefulSet {
-	e.t.Helper()
+func (e *policyEnv) sts(t testing.TB, ns, name string, labels map[string]string, finalizers ...string) *appsv1.StatefulSet {
+	t.Helper()
 	s, err := e.admin.AppsV1().StatefulSets(ns).Create(e.ctx, newStatefulSet(ns, name, labels, finalizers...), metav1.CreateOptions{})
 	if err != nil {
-		e.t.Fatalf("create StatefulSet %s/%s: %v", ns, name, err)
+		t.Fatalf("create StatefulSet %s/%s: %v", ns, name, err)
 	}
 	return s
 }
@@ -393,9 +388,9 @@ func (e *policyEnv) checkManagedFieldsRestore(t *testing.T) {
 // checkControllerDelete: only an orphan delete of an opted-in object with the finalizer.
 func (e *policyEnv) checkControllerDelete(t *testing.T) {
 	p := e.inst.controller
-	target := e.sts(optedNS, "recreated", nil, recreate.Finalizer)
-	e.sts(plainNS, "no-finalizer", optedIn)
-	e.sts(plainNS, "not-opted-in", nil, recreate.Finalizer)
+	target := e.sts(t, optedNS, "recreated", nil, recreate.Finalizer)
+	e.sts(t, plainNS, "no-finalizer", optedIn)
+	e.sts(t, plainNS, "not-opted-in", nil, recreate.Finalizer)
 	del := func(ns, name string, opts metav1.DeleteOptions) error {
 		return e.ctl.AppsV1().StatefulSets(ns).Delete(e.ctx, name, opts)
 	}
@@ -428,9 +423,9 @@ func (e *policyEnv) checkControllerDelete(t *testing.T) {
 // re-create.
 func (e *policyEnv) checkGuard(t *testing.T) {
 	p := e.inst.guard
-	e.sts(optedNS, "guarded", nil, recreate.Finalizer)
-	e.sts(plainNS, "guarded-label", optedIn, recreate.Finalizer)
-	e.sts(plainNS, "free", optedIn)
+	e.sts(t, optedNS, "guarded", nil, recreate.Finalizer)
+	e.sts(t, plainNS, "guarded-label", optedIn, recreate.Finalizer)
+	e.sts(t, plainNS, "free", optedIn)
 	dry := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
 	beingRecreated := "StatefulSet opted/guarded is being re-created by statefulset-resizer"
 	e.expect(t, "a user's delete", p, e.alice.AppsV1().StatefulSets(optedNS).Delete(e.ctx, "guarded", metav1.DeleteOptions{}),
@@ -552,7 +547,7 @@ func TestAdmissionPolicyRealRecreate(t *testing.T) {
 	kubectlInput(t, s.Cluster, render(t, s.Cluster, filepath.Join(root, "deploy", "kubernetes"), manifestRender{name: "the policy component", wrapper: `components:
 - @DEPLOY@/statefulset-resizer/policy
 `}), "apply", "-f", "-")
-	ctl := (&policyEnv{t: t, cluster: s.Cluster}).serviceAccount(s.Namespace, "statefulset-resizer")
+	ctl := (&policyEnv{cluster: s.Cluster}).serviceAccount(s.Namespace, "statefulset-resizer")
 	framework.Eventually(t, 60*time.Second, func() (bool, string) {
 		_, err := ctl.AppsV1().StatefulSets(s.Namespace).Create(s.Ctx, newStatefulSet(s.Namespace, "probe", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err != nil && strings.Contains(err.Error(), policyDenial("statefulset-resizer-controller")), fmt.Sprintf("the controller policy is not enforced yet: %v", err)
