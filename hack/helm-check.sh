@@ -2,12 +2,16 @@
 # Lints and renders the Helm chart deploy/helm/statefulset-resizer with the helm that
 # hack/build-helm.sh builds (pinned, from the Go module proxy; a few minutes cold), and checks the
 # renders, without a cluster:
-#   - `helm lint --strict` with the default values and with webhook.enabled=false;
+#   - `helm lint --strict` with the default values, with webhook.enabled=false and with
+#     admissionPolicies.enabled=false;
 #   - `helm template` renders exactly the objects listed below for both;
 #   - the Go test deploy/helm (chart_test.go): the RBAC equals the kustomize base's, the
 #     Deployments' args are statefulset-resizer flags and name the rendered objects, the webhook
 #     runs with its own ServiceAccount, the MutatingWebhookConfiguration is the kustomize one
-#     (opt-in; failurePolicy Ignore, Fail for a StatefulSet with a pending change).
+#     (opt-in; failurePolicy Ignore, Fail for a StatefulSet with a pending change); the
+#     ValidatingAdmissionPolicies and their bindings are the kustomize component
+#     deploy/kubernetes/statefulset-resizer/policy's, but for naming the release's ServiceAccounts
+#     exactly (policy_test.go).
 # The server-side dry-run of the renders and the effective RBAC on a real kube-apiserver are
 # TestManifestsHelmChart (make manifests-check).
 #
@@ -52,8 +56,9 @@ check() {
   echo "helm-check: $name: [$got]"
 }
 
-check "default values" "ClusterRole=2 ClusterRoleBinding=2 Deployment=2 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=2"
-check "webhook.enabled=false" "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=2 RoleBinding=2 Service=1 ServiceAccount=1" --set webhook.enabled=false
+check "default values" "ClusterRole=2 ClusterRoleBinding=2 Deployment=2 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=2 ValidatingAdmissionPolicy=3 ValidatingAdmissionPolicyBinding=3"
+check "webhook.enabled=false" "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=2 RoleBinding=2 Service=1 ServiceAccount=1 ValidatingAdmissionPolicy=2 ValidatingAdmissionPolicyBinding=2" --set webhook.enabled=false
+check "admissionPolicies.enabled=false" "ClusterRole=2 ClusterRoleBinding=2 Deployment=2 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=2" --set admissionPolicies.enabled=false
 
 echo "helm-check: go test ./deploy/helm/"
 if ! (cd "$root" && HELM="$helm" go test -count=1 ./deploy/helm/); then

@@ -161,6 +161,22 @@ if render "$w" "$tmp/ns-sts-webhook"; then
   grep -q -- '^        - webhook$' "$tmp/ns-sts-webhook" || fail "statefulset-resizer + webhook: the webhook's Deployment does not run the webhook subcommand"
   grep -q 'serviceAccountName: statefulset-resizer-webhook$' "$tmp/ns-sts-webhook" || fail "statefulset-resizer + webhook: the webhook's Deployment does not run as statefulset-resizer-webhook"
 fi
+# The policy component: three cluster-scoped policies, each with its binding and the Deny action.
+# (kustomize's built-in schema predates ValidatingAdmissionPolicy, so the namespace transformer
+# gives these cluster-scoped objects a metadata.namespace; kubectl and the apiserver drop it.)
+w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/statefulset-resizer\ncomponents:\n- @REL@/statefulset-resizer/webhook\n- @REL@/statefulset-resizer/policy')
+if render "$w" "$tmp/ns-sts-policy"; then
+  got=$(counts "$tmp/ns-sts-policy")
+  [[ "$got" == "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=1 ValidatingAdmissionPolicy=3 ValidatingAdmissionPolicyBinding=3" ]] ||
+    fail "statefulset-resizer + webhook + policy renders [$got]"
+  [[ $(grep -A2 '^  validationActions:$' "$tmp/ns-sts-policy" | grep -c '^  - Deny$') == 3 &&
+     $(grep -A2 '^  validationActions:$' "$tmp/ns-sts-policy" | grep -c '^  - ') == 3 ]] ||
+    fail "statefulset-resizer + policy: want validationActions [Deny] on each of the 3 bindings"
+  for p in controller recreate-guard webhook; do
+    grep -q "^  policyName: statefulset-resizer-$p$" "$tmp/ns-sts-policy" ||
+      fail "statefulset-resizer + policy: no binding of the policy statefulset-resizer-$p"
+  done
+fi
 render "$deploy/sidecar/examples/csi-hostpath" "$tmp/hostpath" && check_subjects "sidecar/examples/csi-hostpath" "$tmp/hostpath" default
 
 # 5. The sidecar patch reached the hostpath StatefulSet, in place of upstream's resizer.

@@ -124,6 +124,18 @@ components:
 			"MutatingWebhookConfiguration": 1},
 	},
 	{
+		name: "statefulset-resizer with the webhook and policy components",
+		wrapper: `namespace: csi-resizer-system
+resources:
+- @DEPLOY@/statefulset-resizer
+components:
+- @DEPLOY@/statefulset-resizer/webhook
+- @DEPLOY@/statefulset-resizer/policy
+`,
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 3, "RoleBinding": 3, "Deployment": 1, "Service": 2,
+			"MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3},
+	},
+	{
 		name: "monitoring",
 		wrapper: `namespace: monitoring
 resources:
