@@ -40,13 +40,11 @@ type CertManager struct {
 	// Validity of a generated certificate; renewed after two thirds of it.
 	Validity time.Duration
 	// Interval between checks of the Secret and of the configuration's CA
-	// bundle (which a re-applied manifest may have emptied).
+	// bundle (which a re-applied manifest may have emptied); also how long
+	// the configuration must have trusted a new certificate before it
+	// replaces a trusted one (serve).
 	Interval time.Duration
-	// Settle is how long the configuration must have trusted a new
-	// certificate before it replaces a trusted one (see serve); zero means
-	// Interval.
-	Settle time.Duration
-	Clock  clock.Clock
+	Clock    clock.Clock
 
 	current atomic.Pointer[tls.Certificate]
 	// pending is the Secret's certificate while it waits to replace the
@@ -106,7 +104,7 @@ func (m *CertManager) Sync(ctx context.Context) error {
 // there were no webhook (a template change is refused, nothing is recorded).
 // A renewal therefore goes: the bundle with the new and the previous CA is
 // injected (the Secret keeps the previous CA second), then the new
-// certificate is served once the configuration has trusted it for Settle,
+// certificate is served once the configuration has trusted it for Interval,
 // while the previous certificate stays trusted on this replica and on those
 // yet to load the Secret. The previous CA stays in the bundle until the next
 // renewal replaces it: no replica serves with it by then, and its key is gone
@@ -139,24 +137,17 @@ func (m *CertManager) serve(ctx context.Context, pair *tls.Certificate, config *
 			reason = "first certificate"
 		case trustedBy(config, current, now) != nil:
 			reason = "the served certificate is not trusted by the caBundle"
-		case now.Sub(m.trustedSince) < m.settle():
-			klog.FromContext(ctx).V(2).Info("The new webhook certificate waits for every apiserver to see its CA bundle", "servedFrom", m.trustedSince.Add(m.settle()))
+		case now.Sub(m.trustedSince) < m.Interval:
+			klog.FromContext(ctx).V(2).Info("The new webhook certificate waits for every apiserver to see its CA bundle", "servedFrom", m.trustedSince.Add(m.Interval))
 			return nil
 		default:
-			reason = "the caBundle has trusted it for " + m.settle().String()
+			reason = "the caBundle has trusted it for " + m.Interval.String()
 		}
 	}
 	m.current.Store(pair)
 	m.pending, m.trustedSince = nil, time.Time{}
 	klog.FromContext(ctx).Info("Serving the webhook certificate", "secret", klog.KRef(m.SecretNamespace, m.SecretName), "reason", reason)
 	return nil
-}
-
-func (m *CertManager) settle() time.Duration {
-	if m.Settle > 0 {
-		return m.Settle
-	}
-	return m.Interval
 }
 
 // trustedBy says why some webhook of config does not trust pair's
