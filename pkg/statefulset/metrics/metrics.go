@@ -91,7 +91,7 @@ func New() *Metrics {
 		recreateStepStart: metrics.NewGaugeVec(&metrics.GaugeOpts{
 			Subsystem:      subsystem,
 			Name:           "recreate_step_start_timestamp_seconds",
-			Help:           "Unix time at which the re-create of a StatefulSet entered its current step (Store, Delete, WaitForDeletion, Release, Create, Finish, Abandon); one series per StatefulSet being re-created.",
+			Help:           "Unix time at which the re-create of a StatefulSet entered its current step (Store, Delete, WaitForDeletion, Release, Create, Finish, Abandon, Cancel); one series per StatefulSet being re-created.",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"namespace", "statefulset", "step"}),
 		templates: map[stsKey]map[string]bool{},

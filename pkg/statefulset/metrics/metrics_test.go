@@ -117,7 +117,7 @@ func TestLint(t *testing.T) {
 }
 
 const recreateHelp = `
-# HELP statefulset_resizer_recreate_step_start_timestamp_seconds [ALPHA] Unix time at which the re-create of a StatefulSet entered its current step (Store, Delete, WaitForDeletion, Release, Create, Finish, Abandon); one series per StatefulSet being re-created.
+# HELP statefulset_resizer_recreate_step_start_timestamp_seconds [ALPHA] Unix time at which the re-create of a StatefulSet entered its current step (Store, Delete, WaitForDeletion, Release, Create, Finish, Abandon, Cancel); one series per StatefulSet being re-created.
 # TYPE statefulset_resizer_recreate_step_start_timestamp_seconds gauge
 `
 
