@@ -8,11 +8,9 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/webhook"
@@ -31,25 +29,8 @@ func TestWebhookRenewsAgeingCertificate(t *testing.T) {
 	e := scenario.Start(t, scenario.Options{NoResizer: true})
 	scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
 	now := time.Now()
-	old, err := framework.NewCAValid("last-year", now.Add(-300*24*time.Hour), now.Add(65*24*time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	oldCert, oldKey := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	old, data := ageingWebhookSecret(t, e, now.Add(-300*24*time.Hour), now.Add(65*24*time.Hour))
 	svc := "statefulset-resizer." + e.Namespace + ".svc"
-	if err := old.Issue(svc, []string{svc, svc + ".cluster.local", "127.0.0.1"}, oldCert, oldKey); err != nil {
-		t.Fatal(err)
-	}
-	data := map[string][]byte{"ca.crt": old.PEM, "tls.crt": readFile(t, oldCert), "tls.key": readFile(t, oldKey)}
-	if data["ca.key"], err = old.KeyPEM(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Client.CoreV1().Secrets(e.Namespace).Create(e.Ctx, &v1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: webhookSecret}, Type: v1.SecretTypeTLS, Data: data,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 
 	w := e.StartWebhook(t) // waits for the injection and for the apiserver to call it
 	secret, err := e.Client.CoreV1().Secrets(e.Namespace).Get(e.Ctx, webhookSecret, metav1.GetOptions{})

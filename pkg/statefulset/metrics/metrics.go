@@ -4,7 +4,9 @@
 // The per-StatefulSet gauges have bounded label sets (namespace,
 // statefulset, template) and their series are deleted when a template or the
 // StatefulSet goes away, so the series count follows the cluster's
-// StatefulSets, not their history.
+// StatefulSets, not their history. The re-create gauge has one series per
+// StatefulSet being re-created (its current step), deleted when the step
+// changes or the re-create ends.
 package metrics
 
 import (
@@ -48,11 +50,20 @@ type Metrics struct {
 	replicasPending    *metrics.GaugeVec
 	replicasInfeasible *metrics.GaugeVec
 	reconcileDuration  *metrics.HistogramVec
+	recreateStepStart  *metrics.GaugeVec
 
 	mu sync.Mutex
 	// templates remembers the template label values set per StatefulSet so
 	// stale series can be deleted; it is only about our own series.
 	templates map[stsKey]map[string]bool
+	// recreates is the step and start time exported per StatefulSet being
+	// re-created, so that a new step replaces the series of the previous one.
+	recreates map[stsKey]recreateStep
+}
+
+type recreateStep struct {
+	step  string
+	since time.Time
 }
 
 type stsKey struct{ namespace, name string }
@@ -77,7 +88,14 @@ func New() *Metrics {
 			Buckets:        []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30},
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"result"}),
+		recreateStepStart: metrics.NewGaugeVec(&metrics.GaugeOpts{
+			Subsystem:      subsystem,
+			Name:           "recreate_step_start_timestamp_seconds",
+			Help:           "Unix time at which the re-create of a StatefulSet entered its current step (Store, Delete, WaitForDeletion, Release, Create, Finish, Abandon, Cancel); one series per StatefulSet being re-created.",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"namespace", "statefulset", "step"}),
 		templates: map[stsKey]map[string]bool{},
+		recreates: map[stsKey]recreateStep{},
 	}
 }
 
@@ -95,7 +113,7 @@ func replicaGauge(name, help string) *metrics.GaugeVec {
 // legacyregistry.Register in the binary (served with the workqueue and
 // leader election metrics), a KubeRegistry's Register in tests.
 func (m *Metrics) Register(register func(metrics.Registerable) error) error {
-	for _, c := range []metrics.Registerable{m.pvcPatches, m.replicasPending, m.replicasInfeasible, m.reconcileDuration} {
+	for _, c := range []metrics.Registerable{m.pvcPatches, m.replicasPending, m.replicasInfeasible, m.reconcileDuration, m.recreateStepStart} {
 		if err := register(c); err != nil {
 			return err
 		}
@@ -149,9 +167,47 @@ func (m *Metrics) SetStatefulSet(namespace, name string, counts map[string]Templ
 	m.templates[key] = seen
 }
 
-// ForgetStatefulSet deletes every series of a StatefulSet that is gone.
+// ForgetStatefulSet deletes the replica series of a StatefulSet that is gone.
+// It leaves its re-create series alone: between the release of the old object
+// and the create of the new one the StatefulSet is absent while its re-create
+// goes on, and a create that keeps being refused is exactly the stuck step the
+// series is there to show. ForgetRecreate ends those.
 func (m *Metrics) ForgetStatefulSet(namespace, name string) {
 	m.SetStatefulSet(namespace, name, nil)
+}
+
+// SetRecreateStep exports that the re-create of namespace/name is in step
+// (a recreate.Step other than Nothing) since the time since, replacing the
+// series of its previous step. Called again for the same step, it keeps the
+// earlier of the two times: a caller may pass the time it saw the step at
+// every sync (a retry of a failing create included) without restarting the
+// clock the StatefulSetResizerRecreateStuck alert reads.
+func (m *Metrics) SetRecreateStep(namespace, name, step string, since time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := stsKey{namespace, name}
+	prev, ok := m.recreates[key]
+	switch {
+	case ok && prev.step == step && !since.Before(prev.since):
+		return
+	case ok && prev.step != step:
+		m.recreateStepStart.DeleteLabelValues(namespace, name, prev.step)
+	}
+	m.recreates[key] = recreateStep{step: step, since: since}
+	m.recreateStepStart.WithLabelValues(namespace, name, step).Set(float64(since.UnixNano()) / 1e9)
+}
+
+// ForgetRecreate deletes the re-create series of namespace/name: its
+// re-create ended (finished or abandoned), or another install or replica
+// carries it on.
+func (m *Metrics) ForgetRecreate(namespace, name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := stsKey{namespace, name}
+	if prev, ok := m.recreates[key]; ok {
+		m.recreateStepStart.DeleteLabelValues(namespace, name, prev.step)
+		delete(m.recreates, key)
+	}
 }
 
 func (m *Metrics) deleteLocked(key stsKey, template string) {

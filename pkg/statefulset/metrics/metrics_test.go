@@ -96,6 +96,7 @@ func TestLint(t *testing.T) {
 	m.PVCPatched(PatchSuccess)
 	m.SetStatefulSet("ns", "web", map[string]TemplateCounts{"data": {Pending: 1}})
 	m.ObserveReconcile(time.Millisecond, nil)
+	m.SetRecreateStep("ns", "web", "WaitForDeletion", time.Now())
 	families, err := r.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -113,4 +114,71 @@ func TestLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("lint: %s", p.String())
 	}
+}
+
+const recreateHelp = `
+# HELP statefulset_resizer_recreate_step_start_timestamp_seconds [ALPHA] Unix time at which the re-create of a StatefulSet entered its current step (Store, Delete, WaitForDeletion, Release, Create, Finish, Abandon, Cancel); one series per StatefulSet being re-created.
+# TYPE statefulset_resizer_recreate_step_start_timestamp_seconds gauge
+`
+
+// TestRecreateStepFollowsTheReCreate: one series per StatefulSet being
+// re-created, for its current step; a repeated step keeps its start; the
+// series outlives the StatefulSet's absence (ForgetStatefulSet) and goes with
+// ForgetRecreate.
+func TestRecreateStepFollowsTheReCreate(t *testing.T) {
+	m, r := newRegistered(t)
+	const name = "statefulset_resizer_recreate_step_start_timestamp_seconds"
+	compare := func(series string) {
+		t.Helper()
+		want := ""
+		if series != "" {
+			want = recreateHelp + series
+		}
+		if err := testutil.GatherAndCompare(r, strings.NewReader(want), name); err != nil {
+			t.Error(err)
+		}
+	}
+	t0 := time.Unix(1_800_000_000, 500_000_000)
+	m.SetRecreateStep("ns", "web", "Store", t0)
+	m.SetRecreateStep("ns", "db", "Delete", t0)
+	compare(`statefulset_resizer_recreate_step_start_timestamp_seconds{namespace="ns",statefulset="db",step="Delete"} 1.8000000005e+09
+statefulset_resizer_recreate_step_start_timestamp_seconds{namespace="ns",statefulset="web",step="Store"} 1.8000000005e+09
+`)
+
+	// web moves on: the Store series goes. A retried step (db's delete seen
+	// again later) keeps the time it started; an earlier time replaces it.
+	m.SetRecreateStep("ns", "web", "WaitForDeletion", t0.Add(2*time.Second))
+	m.SetRecreateStep("ns", "db", "Delete", t0.Add(time.Minute))
+	compare(`statefulset_resizer_recreate_step_start_timestamp_seconds{namespace="ns",statefulset="db",step="Delete"} 1.8000000005e+09
+statefulset_resizer_recreate_step_start_timestamp_seconds{namespace="ns",statefulset="web",step="WaitForDeletion"} 1.8000000025e+09
+`)
+	m.SetRecreateStep("ns", "db", "Delete", t0.Add(-time.Second))
+	m.SetRecreateStep("ns", "web", "Create", t0.Add(3*time.Second))
+
+	// Between the release and the create the StatefulSet is absent: its
+	// replica series go, its re-create series stays.
+	m.SetStatefulSet("ns", "web", map[string]TemplateCounts{"data": {Pending: 1}})
+	m.ForgetStatefulSet("ns", "web")
+	compare(`statefulset_resizer_recreate_step_start_timestamp_seconds{namespace="ns",statefulset="db",step="Delete"} 1.7999999995e+09
+statefulset_resizer_recreate_step_start_timestamp_seconds{namespace="ns",statefulset="web",step="Create"} 1.8000000035e+09
+`)
+	if err := testutil.GatherAndCompare(r, strings.NewReader(""), "statefulset_resizer_replicas_pending"); err != nil {
+		t.Error(err)
+	}
+
+	m.ForgetRecreate("ns", "web")
+	m.ForgetRecreate("ns", "web") // twice: nothing left to delete
+	m.ForgetRecreate("ns", "other")
+	compare(`statefulset_resizer_recreate_step_start_timestamp_seconds{namespace="ns",statefulset="db",step="Delete"} 1.7999999995e+09
+`)
+	m.ForgetRecreate("ns", "db")
+	compare("")
+	if len(m.recreates) != 0 {
+		t.Errorf("bookkeeping left behind: %v", m.recreates)
+	}
+
+	// A new re-create of the same StatefulSet starts from its own time.
+	m.SetRecreateStep("ns", "web", "Store", t0.Add(time.Hour))
+	compare(`statefulset_resizer_recreate_step_start_timestamp_seconds{namespace="ns",statefulset="web",step="Store"} 1.8000036005e+09
+`)
 }

@@ -1,8 +1,10 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,11 +40,18 @@ type CertManager struct {
 	// Validity of a generated certificate; renewed after two thirds of it.
 	Validity time.Duration
 	// Interval between checks of the Secret and of the configuration's CA
-	// bundle (which a re-applied manifest may have emptied).
+	// bundle (which a re-applied manifest may have emptied); also how long
+	// the configuration must have trusted a new certificate before it
+	// replaces a trusted one (serve).
 	Interval time.Duration
 	Clock    clock.Clock
 
 	current atomic.Pointer[tls.Certificate]
+	// pending is the Secret's certificate while it waits to replace the
+	// served one, and since when the configuration trusts it (zero: not yet).
+	// Only Sync uses it, from one goroutine.
+	pending      []byte
+	trustedSince time.Time
 	// noConfiguration remembers that the configuration was missing, so that
 	// it is logged once, not at every check.
 	noConfiguration bool
@@ -66,8 +75,10 @@ func (m *CertManager) Run(ctx context.Context) {
 	}, m.Interval)
 }
 
-// Sync makes sure the Secret holds usable certificates, serves them and
-// injects the CA bundle.
+// Sync makes sure the Secret holds usable certificates, injects their CA
+// bundle, and then serves the Secret's certificate once the configuration
+// trusts it (serve): in this order, so that no replica serves a certificate
+// the apiserver does not trust yet.
 func (m *CertManager) Sync(ctx context.Context) error {
 	data, err := m.ensureSecret(ctx)
 	if err != nil {
@@ -77,8 +88,83 @@ func (m *CertManager) Sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading the webhook certificate from Secret %s/%s: %w", m.SecretNamespace, m.SecretName, err)
 	}
-	m.current.Store(&pair)
-	return m.injectCABundle(ctx, data[keyCABundle])
+	config, err := m.injectCABundle(ctx, data[keyCABundle])
+	if err != nil {
+		return err
+	}
+	return m.serve(ctx, &pair, config)
+}
+
+// serve makes pair the certificate served, when that cannot make the
+// apiserver refuse a call that it would accept now. The apiserver verifies the
+// webhook's certificate against the caBundle of the configuration, which it
+// reads through a watch (every apiserver of the cluster its own, each a little
+// behind); a certificate served before they all have a bundle that trusts it
+// is refused, and with failurePolicy Ignore the request then goes on as if
+// there were no webhook (a template change is refused, nothing is recorded).
+// A renewal therefore goes: the bundle with the new and the previous CA is
+// injected (the Secret keeps the previous CA second), then the new
+// certificate is served once the configuration has trusted it for Interval,
+// while the previous certificate stays trusted on this replica and on those
+// yet to load the Secret. The previous CA stays in the bundle until the next
+// renewal replaces it: no replica serves with it by then, and its key is gone
+// from the Secret. pair is served at once when there is no configuration
+// (nothing calls the webhook), when nothing is served yet (a replica without
+// a certificate fails every handshake and its readiness), or when the
+// configuration does not trust the served certificate (it fails already);
+// never while the configuration does not trust pair.
+func (m *CertManager) serve(ctx context.Context, pair *tls.Certificate, config *admissionregistrationv1.MutatingWebhookConfiguration) error {
+	current := m.current.Load()
+	if current != nil && bytes.Equal(current.Certificate[0], pair.Certificate[0]) {
+		m.pending, m.trustedSince = nil, time.Time{}
+		return nil
+	}
+	now := m.Clock.Now()
+	if !bytes.Equal(m.pending, pair.Certificate[0]) {
+		m.pending, m.trustedSince = pair.Certificate[0], time.Time{}
+	}
+	reason := "no MutatingWebhookConfiguration"
+	if config != nil {
+		if err := trustedBy(config, pair, now); err != nil {
+			m.trustedSince = time.Time{}
+			return fmt.Errorf("not serving the certificate of Secret %s/%s: %w", m.SecretNamespace, m.SecretName, err)
+		}
+		if m.trustedSince.IsZero() {
+			m.trustedSince = now
+		}
+		switch {
+		case current == nil:
+			reason = "first certificate"
+		case trustedBy(config, current, now) != nil:
+			reason = "the served certificate is not trusted by the caBundle"
+		case now.Sub(m.trustedSince) < m.Interval:
+			klog.FromContext(ctx).V(2).Info("The new webhook certificate waits for every apiserver to see its CA bundle", "servedFrom", m.trustedSince.Add(m.Interval))
+			return nil
+		default:
+			reason = "the caBundle has trusted it for " + m.Interval.String()
+		}
+	}
+	m.current.Store(pair)
+	m.pending, m.trustedSince = nil, time.Time{}
+	klog.FromContext(ctx).Info("Serving the webhook certificate", "secret", klog.KRef(m.SecretNamespace, m.SecretName), "reason", reason)
+	return nil
+}
+
+// trustedBy says why some webhook of config does not trust pair's
+// certificate (nil when every one does).
+func trustedBy(config *admissionregistrationv1.MutatingWebhookConfiguration, pair *tls.Certificate, now time.Time) error {
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return err
+	}
+	for _, w := range config.Webhooks {
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(w.ClientConfig.CABundle)
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now}); err != nil {
+			return fmt.Errorf("the caBundle of webhook %s of MutatingWebhookConfiguration %s does not trust it: %w", w.Name, config.Name, err)
+		}
+	}
+	return nil
 }
 
 // ensureSecret returns the Secret's data, after creating or renewing it when
@@ -136,9 +222,10 @@ func (m *CertManager) writeSecret(ctx context.Context, old *corev1.Secret, exist
 }
 
 // injectCABundle sets bundle as the caBundle of every webhook of the
-// configuration that does not have it yet. A missing configuration is not an
-// error (the webhook may be registered later); it is logged once.
-func (m *CertManager) injectCABundle(ctx context.Context, bundle []byte) error {
+// configuration that does not have it yet, and returns the configuration as
+// it now is. A missing configuration (nil) is not an error (the webhook may be
+// registered later); it is logged once.
+func (m *CertManager) injectCABundle(ctx context.Context, bundle []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	logger := klog.FromContext(ctx).WithValues("mutatingWebhookConfiguration", m.ConfigurationName)
 	configs := m.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	config, err := configs.Get(ctx, m.ConfigurationName, metav1.GetOptions{})
@@ -147,21 +234,21 @@ func (m *CertManager) injectCABundle(ctx context.Context, bundle []byte) error {
 			logger.Info("No MutatingWebhookConfiguration to inject the CA bundle into yet; checking again every interval", "interval", m.Interval)
 		}
 		m.noConfiguration = true
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", m.ConfigurationName, err)
+		return nil, fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", m.ConfigurationName, err)
 	}
 	m.noConfiguration = false
 	patch := caBundlePatch(config, bundle)
 	if patch == nil {
-		return nil
+		return config, nil
 	}
-	if _, err := configs.Patch(ctx, m.ConfigurationName, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "statefulset-resizer"}); err != nil {
-		return fmt.Errorf("injecting the CA bundle into MutatingWebhookConfiguration %s: %w", m.ConfigurationName, err)
+	if config, err = configs.Patch(ctx, m.ConfigurationName, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "statefulset-resizer"}); err != nil {
+		return nil, fmt.Errorf("injecting the CA bundle into MutatingWebhookConfiguration %s: %w", m.ConfigurationName, err)
 	}
 	logger.Info("Injected the webhook CA bundle")
-	return nil
+	return config, nil
 }
 
 // caBundlePatch is a JSON patch setting bundle in every webhook whose

@@ -132,6 +132,12 @@ func TestCertManagerRenewsBeforeExpiry(t *testing.T) {
 	if err := m.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Served one interval after its CA was injected
+	// (TestCertManagerServesRenewalOnlyOnceInjected).
+	clock.Step(m.Interval)
+	if err := m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
 	renewed, _ := m.GetCertificate(nil)
 	if string(renewed.Certificate[0]) == string(first.Certificate[0]) {
 		t.Fatal("not renewed after two thirds of the lifetime")
