@@ -230,6 +230,31 @@ func (h *harness) wantMetrics(family string, want map[string]float64) {
 	}
 }
 
+// series returns the label sets of a metric family's series, rendered as in
+// wantMetrics and joined by ";" ("" for none): for values, such as
+// timestamps, that a test cannot predict.
+func (h *harness) series(family string) string {
+	h.t.Helper()
+	families, err := h.registry.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []string
+	for _, f := range families {
+		if f.GetName() != family {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			out = append(out, strings.Join(labels, ","))
+		}
+	}
+	return strings.Join(out, ";")
+}
+
 // actions returns the requests the fake API received with the given verb and
 // resource.
 func (h *harness) actions(verb, resource string) []clienttesting.Action {

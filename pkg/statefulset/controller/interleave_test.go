@@ -583,12 +583,14 @@ func guardsDeletes(doc string) bool {
 	for _, r := range p.Spec.MatchConstraints.ResourceRules {
 		deletesSTS = deletesSTS || slices.Contains(r.Operations, admissionregistrationv1.Delete) && slices.Contains(r.Resources, "statefulsets")
 	}
+	exprs := []string{}
 	for _, v := range p.Spec.Validations {
-		if deletesSTS && strings.Contains(v.Expression, recreate.Finalizer) {
-			return true
-		}
+		exprs = append(exprs, v.Expression)
 	}
-	return false
+	for _, mc := range p.Spec.MatchConditions {
+		exprs = append(exprs, mc.Expression)
+	}
+	return deletesSTS && slices.ContainsFunc(exprs, func(e string) bool { return strings.Contains(e, recreate.Finalizer) })
 }
 
 func guardsReverts(doc string) bool {

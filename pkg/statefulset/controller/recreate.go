@@ -60,12 +60,24 @@ func (c *Controller) recreateSteps(ctx context.Context, namespace, name string, 
 	for range maxRecreateSteps {
 		step := recreate.Next(in)
 		klog.FromContext(ctx).V(4).Info("Re-create step", "step", step)
+		c.exportStep(namespace, name, step)
 		done, err := c.recreateStep(ctx, namespace, name, step, &in)
 		if done || err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// exportStep keeps the metric of the step a re-create is in (and since when,
+// as this process saw it), which StatefulSetResizerRecreateStuck reads; no
+// re-create under way, or another install's, ends the series.
+func (c *Controller) exportStep(namespace, name string, step recreate.Step) {
+	if step == recreate.Nothing {
+		c.metrics.ForgetRecreate(namespace, name)
+		return
+	}
+	c.metrics.SetRecreateStep(namespace, name, string(step), c.clock.Now())
 }
 
 // recreateStep takes one step, updating in with what it left; done says the

@@ -22,6 +22,9 @@ import (
 
 var stsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
 
+// stepFamily is the metric of the step a re-create is in.
+const stepFamily = "statefulset_resizer_recreate_step_start_timestamp_seconds"
+
 // deletions makes the fake clientset write StatefulSets as the apiserver
 // does where the re-create depends on it: a delete checks its preconditions
 // and, for an object with finalizers, only marks it terminating (orphan
@@ -189,6 +192,9 @@ func TestRecreateAtOnceKeepsEditsMadeWhileTerminating(t *testing.T) {
 	if n := len(h.actions("patch", "persistentvolumeclaims")); n != 0 {
 		t.Errorf("%d PVC patches before the re-create, want none: the re-create comes first", n)
 	}
+	h.eventually("the step exported while the garbage collector has not run", func() bool {
+		return h.series(stepFamily) == `namespace="ns",statefulset="web",step="WaitForDeletion"`
+	})
 	d.mu.Lock()
 	o := d.deletes[0]
 	d.mu.Unlock()
@@ -202,24 +208,26 @@ func TestRecreateAtOnceKeepsEditsMadeWhileTerminating(t *testing.T) {
 	d.collectGarbage("web")
 
 	var created *appsv1.StatefulSet
-	h.eventually("re-created with the desired template and the edit", func() bool {
+	h.eventually("re-created with the desired template and the edit, and finished", func() bool {
 		s, err := d.get("web")
-		if err != nil || s.UID == "uid-1" {
-			return false
+		if err != nil || s.UID == "uid-1" || recreate.HasFinalizer(s) {
+			return false // Finish takes the finalizer off last
 		}
 		created = s
 		_, recErr := h.client.CoreV1().ConfigMaps(recordNS).Get(h.ctx, recreate.RecordName(ns, "web"), metav1.GetOptions{})
 		return apierrors.IsNotFound(recErr)
 	})
 	_, annotated := created.Annotations[desired.Annotation]
+	_, recordAnnotated := created.Annotations[recreate.RecordAnnotation]
 	switch {
 	case created.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String() != "2Gi":
 		t.Errorf("template %s, want 2Gi", created.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage())
 	case created.Spec.Template.Annotations["restartedAt"] != "while-terminating":
 		t.Errorf("pod template annotations %v: the edit made while terminating was lost", created.Spec.Template.Annotations)
-	case annotated || len(created.Finalizers) != 0:
+	case annotated || recordAnnotated || len(created.Finalizers) != 0:
 		t.Errorf("annotations %v finalizers %v, want neither the desire nor a finalizer", created.Annotations, created.Finalizers)
 	}
+	h.eventually("no step exported once re-created", func() bool { return h.series(stepFamily) == "" })
 	var ev []string
 	h.eventually("Recreated event", func() bool {
 		ev = append(ev, h.events()...)
