@@ -167,7 +167,7 @@ fi
 w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/statefulset-resizer\ncomponents:\n- @REL@/statefulset-resizer/webhook\n- @REL@/statefulset-resizer/policy')
 if render "$w" "$tmp/ns-sts-policy"; then
   got=$(counts "$tmp/ns-sts-policy")
-  [[ "$got" == "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=1 ValidatingAdmissionPolicy=3 ValidatingAdmissionPolicyBinding=3" ]] ||
+  [[ "$got" == "ClusterRole=2 ClusterRoleBinding=2 Deployment=2 MutatingWebhookConfiguration=1 Role=3 RoleBinding=3 Service=2 ServiceAccount=2 ValidatingAdmissionPolicy=3 ValidatingAdmissionPolicyBinding=3" ]] ||
     fail "statefulset-resizer + webhook + policy renders [$got]"
   [[ $(grep -A2 '^  validationActions:$' "$tmp/ns-sts-policy" | grep -c '^  - Deny$') == 3 &&
      $(grep -A2 '^  validationActions:$' "$tmp/ns-sts-policy" | grep -c '^  - ') == 3 ]] ||

@@ -132,7 +132,7 @@ components:
 - @DEPLOY@/statefulset-resizer/webhook
 - @DEPLOY@/statefulset-resizer/policy
 `,
-		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 3, "RoleBinding": 3, "Deployment": 1, "Service": 2,
+		want: map[string]int{"ServiceAccount": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 3, "RoleBinding": 3, "Deployment": 2, "Service": 2,
 			"MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3},
 	},
 	{
