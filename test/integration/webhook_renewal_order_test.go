@@ -33,7 +33,7 @@ import (
 // without the webhook) until an injection that here never came.
 func TestWebhookServesRenewalOnlyOnceTrusted(t *testing.T) {
 	e := scenario.Start(t, scenario.Options{NoResizer: true})
-	kubeconfig := scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
+	scenario.ApplyStatefulSetResizerRBAC(t, e.Cluster, e.Namespace)
 	framework.BuildStatefulSetResizer(t) // before the ageing pair's clock starts
 	e.ExpectRefusals("injecting the CA bundle")
 	restorePatch := withoutWebhookConfigurationPatch(t, e)
@@ -44,8 +44,7 @@ func TestWebhookServesRenewalOnlyOnceTrusted(t *testing.T) {
 	oldLeaf := parseCerts(t, data["tls.crt"])[0].Raw
 
 	port := framework.FreePort(t)
-	p := e.StartStatefulSetResizer(t, kubeconfig, fmt.Sprintf("--webhook-port=%d", port), "--webhook-host=127.0.0.1",
-		"--webhook-shutdown-delay=1s", "--webhook-namespace="+e.Namespace, "--webhook-certificate-check-interval=1s")
+	p := e.StartWebhookProcesses(t, scenario.WebhookArgs(e.Namespace, port))[0]
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	configuration := e.RegisterShippedWebhookWithCA(t, fmt.Sprintf("https://%s%s", addr, webhook.Path), old.PEM)
 	e.WaitWebhookActive(t)
