@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -208,6 +210,23 @@ func (h *harness) resyncChangesNothing() {
 // rendered as name="value" pairs in name order, to its value.
 func (h *harness) wantMetrics(family string, want map[string]float64) {
 	h.t.Helper()
+	if got := h.gather(family); fmt.Sprint(got) != fmt.Sprint(want) {
+		h.t.Errorf("%s: got %v, want %v", family, got, want)
+	}
+}
+
+// series returns the label sets of a metric family's series, rendered as in
+// wantMetrics, sorted and joined by ";" ("" for none): for values, such as
+// timestamps, that a test cannot predict.
+func (h *harness) series(family string) string {
+	h.t.Helper()
+	return strings.Join(slices.Sorted(maps.Keys(h.gather(family))), ";")
+}
+
+// gather maps each series of a metric family, by its labels rendered as
+// name="value" pairs in name order, to its value.
+func (h *harness) gather(family string) map[string]float64 {
+	h.t.Helper()
 	families, err := h.registry.Gather()
 	if err != nil {
 		h.t.Fatal(err)
@@ -225,34 +244,7 @@ func (h *harness) wantMetrics(family string, want map[string]float64) {
 			got[strings.Join(labels, ",")] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		h.t.Errorf("%s: got %v, want %v", family, got, want)
-	}
-}
-
-// series returns the label sets of a metric family's series, rendered as in
-// wantMetrics and joined by ";" ("" for none): for values, such as
-// timestamps, that a test cannot predict.
-func (h *harness) series(family string) string {
-	h.t.Helper()
-	families, err := h.registry.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	var out []string
-	for _, f := range families {
-		if f.GetName() != family {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-			}
-			out = append(out, strings.Join(labels, ","))
-		}
-	}
-	return strings.Join(out, ";")
+	return got
 }
 
 // actions returns the requests the fake API received with the given verb and
