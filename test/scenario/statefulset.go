@@ -108,21 +108,30 @@ func (e *Env) StartStatefulSetResizer(t testing.TB, kubeconfig string, args ...s
 // list, all started before waiting for any: replicas that start at the same time.
 func (e *Env) StartStatefulSetResizers(t testing.TB, kubeconfig string, argLists ...[]string) []*framework.Process {
 	t.Helper()
-	var procs []*framework.Process
-	for i, args := range argLists {
-		addr := fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t))
-		all := append([]string{
+	return e.startProcesses(t, "statefulset-resizer", func(addr string) []string {
+		return []string{
 			"--kubeconfig=" + kubeconfig,
 			"--http-endpoint=" + addr,
 			"-v=4",
 			"--leader-election-namespace=" + e.Namespace,
 			"--recreate-record-namespace=" + e.Namespace,
-		}, args...)
-		name := "statefulset-resizer"
-		if i > 0 {
-			name = fmt.Sprintf("statefulset-resizer-%d", i)
 		}
-		p := framework.NewProcess(t, name, framework.BuildStatefulSetResizer(t), all...)
+	}, argLists)
+}
+
+// startProcesses runs one statefulset-resizer process per argument list (name, name-1, ...),
+// each with first(its HTTP address) before its args, all started before waiting for any; it
+// waits until each serves /healthz, and fails the test when one logs a forbidden answer.
+func (e *Env) startProcesses(t testing.TB, name string, first func(addr string) []string, argLists [][]string) []*framework.Process {
+	t.Helper()
+	var procs []*framework.Process
+	for i, args := range argLists {
+		addr := fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t))
+		n := name
+		if i > 0 {
+			n = fmt.Sprintf("%s-%d", name, i)
+		}
+		p := framework.NewProcess(t, n, framework.BuildStatefulSetResizer(t), append(first(addr), args...)...)
 		p.HTTPAddr = addr
 		procs = append(procs, p)
 	}

@@ -72,26 +72,9 @@ func WebhookArgs(ns string, port int) []string {
 func (e *Env) StartWebhookProcesses(t testing.TB, argLists ...[]string) []*framework.Process {
 	t.Helper()
 	kubeconfig := WebhookKubeconfig(t, e.Cluster, e.Namespace)
-	var procs []*framework.Process
-	for i, args := range argLists {
-		addr := fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t))
-		all := append([]string{"webhook", "--kubeconfig=" + kubeconfig, "--http-endpoint=" + addr, "-v=4"}, args...)
-		name := "statefulset-resizer-webhook"
-		if i > 0 {
-			name = fmt.Sprintf("statefulset-resizer-webhook-%d", i)
-		}
-		p := framework.NewProcess(t, name, framework.BuildStatefulSetResizer(t), all...)
-		p.HTTPAddr = addr
-		procs = append(procs, p)
-	}
-	for _, p := range procs {
-		p.Start(t)
-	}
-	for _, p := range procs {
-		p.WaitHTTP(t, "/healthz", 90*time.Second)
-		e.failOnForbidden(t, p)
-	}
-	return procs
+	return e.startProcesses(t, "statefulset-resizer-webhook", func(addr string) []string {
+		return []string{"webhook", "--kubeconfig=" + kubeconfig, "--http-endpoint=" + addr, "-v=4"}
+	}, argLists)
 }
 
 // RegisterShippedWebhook creates the shipped MutatingWebhookConfiguration with every webhook's
