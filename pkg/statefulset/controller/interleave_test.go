@@ -171,10 +171,35 @@ func (w *world) userDelete() bool {
 	}
 	w.UserDeleted = true
 	// Untraceable: the object was already terminating and the garbage
-	// collector had orphaned every dependent, so what is stored afterwards
-	// is what the re-create's own delete leaves (the orphan finalizer gone).
-	w.UserDeleteUntraceable = terminating && (!changed || w.STS != nil && !w.ownedBy(uid, func(*[]metav1.OwnerReference, func()) {}))
+	// collector had orphaned a dependent, so what is stored afterwards is
+	// what the re-create's own delete, with a late revision (lateRevision),
+	// leaves; a delete that changed nothing is invisible anyway.
+	w.UserDeleteUntraceable = terminating && (!changed || w.anyOrphaned() || !w.ownedBy(uid, func(*[]metav1.OwnerReference, func()) {}))
 	return true
+}
+
+// anyOrphaned reports whether a dependent has no owner.
+func (w *world) anyOrphaned() bool {
+	for _, refs := range [][]metav1.OwnerReference{podRefs(w.Pod), revRefs(w.Revision), revRefs(w.Late)} {
+		if refs != nil && len(refs) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func podRefs(p *corev1.Pod) []metav1.OwnerReference {
+	if p == nil {
+		return nil
+	}
+	return append([]metav1.OwnerReference{}, p.OwnerReferences...)
+}
+
+func revRefs(r *appsv1.ControllerRevision) []metav1.OwnerReference {
+	if r == nil {
+		return nil
+	}
+	return append([]metav1.OwnerReference{}, r.OwnerReferences...)
 }
 
 // gcStep is one step of the garbage collector: for an object deleted with
@@ -213,8 +238,28 @@ func gcStep(w *world) bool {
 		w.Pod = nil
 	case w.Revision != nil && dangling(w.Revision.OwnerReferences):
 		w.Revision = nil
+	case w.Late != nil && dangling(w.Late.OwnerReferences):
+		w.Late = nil
 	default:
 		return false
+	}
+	return true
+}
+
+// lateRevision is the race of the StatefulSet controller with a delete: a
+// pod template edited just before (rollout restart) makes it create a
+// revision owned by the object after the garbage collector read its graph,
+// so the collector's orphaning misses it (orphan finalizer already gone)
+// and it stays owned by the terminating object.
+func lateRevision(w *world) bool {
+	s := w.STS
+	if s == nil || s.DeletionTimestamp == nil || slices.Contains(s.Finalizers, metav1.FinalizerOrphanDependents) || w.Late != nil {
+		return false
+	}
+	w.Late = &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-late", ResourceVersion: w.nextVersion(), Labels: map[string]string{"app": "web"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: s.UID, Controller: ptrTo(true)}}},
+		Revision: 2,
 	}
 	return true
 }
@@ -232,6 +277,11 @@ func (w *world) ownedBy(uid types.UID, f func(refs *[]metav1.OwnerReference, gon
 		f(&w.Revision.OwnerReferences, func() { w.Revision = nil })
 		if w.Revision != nil {
 			w.Revision.ResourceVersion = w.nextVersion()
+		}
+	case w.Late != nil && len(w.Late.OwnerReferences) > 0 && w.Late.OwnerReferences[0].UID == uid:
+		f(&w.Late.OwnerReferences, func() { w.Late = nil })
+		if w.Late != nil {
+			w.Late.ResourceVersion = w.nextVersion()
 		}
 	default:
 		return false
@@ -256,6 +306,8 @@ func stsControllerStep(w *world) bool {
 		w.Pod.OwnerReferences, w.Pod.ResourceVersion = ref, w.nextVersion()
 	case w.Revision != nil && len(w.Revision.OwnerReferences) == 0:
 		w.Revision.OwnerReferences, w.Revision.ResourceVersion = ref, w.nextVersion()
+	case w.Late != nil && len(w.Late.OwnerReferences) == 0:
+		w.Late.OwnerReferences, w.Late.ResourceVersion = ref, w.nextVersion()
 	case w.Pod == nil:
 		w.PodGen++
 		w.Pod = pod(string(s.UID), 0)
@@ -347,6 +399,7 @@ func protocolActors() []actor {
 	return append(out,
 		actor{"garbage collector", func(w, _ *world) bool { return gcStep(w) }},
 		actor{"StatefulSet controller", func(w, _ *world) bool { return stsControllerStep(w) }},
+		actor{"StatefulSet controller creates a revision the garbage collector missed", func(w, _ *world) bool { return lateRevision(w) }},
 	)
 }
 

@@ -55,6 +55,10 @@ type world struct {
 	Records  map[string]*corev1.ConfigMap  `json:"records,omitempty"` // by namespace/name
 	Pod      *corev1.Pod                   `json:"pod,omitempty"`
 	Revision *appsv1.ControllerRevision    `json:"revision,omitempty"`
+	// Late is a revision the StatefulSet controller created for the old
+	// object while it was being deleted, after the garbage collector's
+	// graph was read (the race of lateRevision).
+	Late *appsv1.ControllerRevision `json:"late,omitempty"`
 	PVC      *corev1.PersistentVolumeClaim `json:"pvc"`
 	NSLabels map[string]string             `json:"nsLabels,omitempty"`
 	Version  int                           `json:"version"`
@@ -105,7 +109,7 @@ func initialWorld(guards bool) *world {
 
 func (w *world) clone() *world {
 	c := *w
-	c.STS, c.Pod, c.Revision, c.PVC = w.STS.DeepCopy(), w.Pod.DeepCopy(), w.Revision.DeepCopy(), w.PVC.DeepCopy()
+	c.STS, c.Pod, c.Revision, c.Late, c.PVC = w.STS.DeepCopy(), w.Pod.DeepCopy(), w.Revision.DeepCopy(), w.Late.DeepCopy(), w.PVC.DeepCopy()
 	c.Records = make(map[string]*corev1.ConfigMap, len(w.Records))
 	for k, cm := range w.Records {
 		c.Records[k] = cm.DeepCopy()
@@ -132,6 +136,9 @@ func (w *world) key() string {
 		}
 		if c.Revision != nil {
 			f(&c.Revision.ResourceVersion)
+		}
+		if c.Late != nil {
+			f(&c.Late.ResourceVersion)
 		}
 		f(&c.PVC.ResourceVersion)
 		keys := mapsKeys(c.Records)
@@ -553,8 +560,10 @@ func (w *world) serveList(res string) (runtime.Object, error) {
 		return l, nil
 	case "controllerrevisions":
 		l := &appsv1.ControllerRevisionList{}
-		if w.Revision != nil {
-			l.Items = append(l.Items, *w.Revision.DeepCopy())
+		for _, r := range []*appsv1.ControllerRevision{w.Revision, w.Late} {
+			if r != nil {
+				l.Items = append(l.Items, *r.DeepCopy())
+			}
 		}
 		return l, nil
 	case "leases":

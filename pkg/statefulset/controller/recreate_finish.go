@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -58,14 +59,19 @@ func (c *Controller) release(ctx context.Context, cached *appsv1.StatefulSet, re
 }
 
 // stillOwned says why the old object's deletion is not the re-create's orphan
-// delete ("" when it is): once only the re-create's finalizer is left, the
-// garbage collector has orphaned every dependent (it removes its orphan
-// finalizer last), so a pod or ControllerRevision still owned by the object
-// means someone else's delete replaced the orphan propagation (kubectl
-// delete, helm uninstall: background), and the garbage collector waits for
-// the object to go to delete them. The API is read, not the cache: the
-// garbage collector's writes to the dependents precede its finalizer's
-// removal, which the caller saw.
+// delete ("" when it may be): once only the re-create's finalizer is left,
+// the garbage collector has orphaned the dependents its graph held (it
+// removes its orphan finalizer last), so when every pod and ControllerRevision
+// of the selector is still owned by the object, someone else's delete
+// replaced the orphan propagation (kubectl delete, helm uninstall:
+// background) before the collector ran, and the collector waits for the
+// object to go to delete them. One still owned beside orphaned ones is no
+// proof: the StatefulSet controller may create a revision of the
+// terminating object that the collector's graph did not hold yet, and taking
+// that for a delete would leave a StatefulSet nobody deleted absent (I1
+// outranks I2; the shipped policy refuses the delete instead). The API is
+// read, not the cache: the collector's writes to the dependents precede its
+// finalizer's removal, which the caller saw.
 func (c *Controller) stillOwned(ctx context.Context, sts *appsv1.StatefulSet) (string, error) {
 	selector, err := metav1.LabelSelectorAsSelector(sts.Spec.Selector)
 	if err != nil {
@@ -76,30 +82,51 @@ func (c *Controller) stillOwned(ctx context.Context, sts *appsv1.StatefulSet) (s
 	if err != nil {
 		return "", fmt.Errorf("list the pods of StatefulSet %s/%s before releasing it: %w", sts.Namespace, sts.Name, err)
 	}
-	for i := range pods.Items {
-		if ownedBy(pods.Items[i].OwnerReferences, sts.UID) {
-			return fmt.Sprintf("its pod %s is still owned by it once the orphan propagation was taken off", pods.Items[i].Name), nil
-		}
-	}
 	revisions, err := c.client.AppsV1().ControllerRevisions(sts.Namespace).List(ctx, opts)
 	if err != nil {
 		return "", fmt.Errorf("list the ControllerRevisions of StatefulSet %s/%s before releasing it: %w", sts.Namespace, sts.Name, err)
 	}
-	for i := range revisions.Items {
-		if ownedBy(revisions.Items[i].OwnerReferences, sts.UID) {
-			return fmt.Sprintf("its ControllerRevision %s is still owned by it once the orphan propagation was taken off", revisions.Items[i].Name), nil
+	var owned []string
+	for i := range pods.Items {
+		if o := ownership(pods.Items[i].OwnerReferences, sts.UID); o == orphaned {
+			return "", nil
+		} else if o == ownedByIt {
+			owned = append(owned, "pod "+pods.Items[i].Name)
 		}
 	}
-	return "", nil
+	for i := range revisions.Items {
+		if o := ownership(revisions.Items[i].OwnerReferences, sts.UID); o == orphaned {
+			return "", nil
+		} else if o == ownedByIt {
+			owned = append(owned, "ControllerRevision "+revisions.Items[i].Name)
+		}
+	}
+	if len(owned) == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("none of its dependents was orphaned (%s still owned by it) once the orphan propagation was taken off", strings.Join(owned, ", ")), nil
 }
 
-func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
+type owner int
+
+const (
+	orphaned owner = iota
+	ownedByIt
+	ownedByOther
+)
+
+// ownership says who owns a dependent with refs: nobody, the object uid, or
+// another owner.
+func ownership(refs []metav1.OwnerReference, uid types.UID) owner {
+	if len(refs) == 0 {
+		return orphaned
+	}
 	for _, r := range refs {
 		if r.UID == uid {
-			return true
+			return ownedByIt
 		}
 	}
-	return false
+	return ownedByOther
 }
 
 // cancel ends a re-create whose old object someone else deleted (invariant
