@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
@@ -485,5 +486,52 @@ func TestRecreateRestoresFieldOwnershipAfterAnotherWrite(t *testing.T) {
 	cur, _ := s.StatefulSet(t, "web")
 	if *cur.Spec.Replicas != 0 || cur.Labels["team"] != "storage" {
 		t.Errorf("after the apply: replicas %d, labels %v; want 0 and the other writer's team=storage kept", *cur.Spec.Replicas, cur.Labels)
+	}
+}
+
+// Invariant I1 against the cancel of finding 1: a dependent still owned by the old object once
+// only the re-create's finalizer is left is not proof of someone else's delete. The garbage
+// collector orphans the dependents its graph holds; a ControllerRevision the StatefulSet
+// controller creates meanwhile (it does for a pod template edited on the terminating object,
+// `kubectl rollout restart`, before the collector's orphaning makes it stop) can be missed and
+// stay owned. TestRecreateKeepsEditsMadeWhileTerminating hits that race now and then (the
+// re-create is then cancelled and the StatefulSet, which nobody deleted, is gone); this test
+// builds the state the race leaves: statefulset-resizer is killed after its orphan delete, the
+// garbage collector orphans what it knows, and a ControllerRevision owned by the old object
+// appears. Started again, statefulset-resizer must still re-create the StatefulSet.
+func TestRecreateLateDependentIsNotTakenForAUserDelete(t *testing.T) {
+	s := startSTSEnv(t)
+	ssr := s.StartStatefulSetResizer(t, s.ssrKubeconfig)
+	s.CreateStatefulSet(t, s.NewStatefulSet(scenario.StatefulSetOptions{Name: "web", Replicas: 1, Policy: appsv1.ParallelPodManagement, Size: "1Gi"}))
+	old, _ := s.WaitTemplateStatus(t, "web", stsTimeout, scenario.Finished)
+	before := s.pods(t, "web", 1)
+	thaw := s.freezeGarbageCollector(t)
+	s.setDesire(t, "web", desire(t, "2Gi"), nil)
+	s.waitTerminating(t, "web", old.UID)
+	if err := ssr.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	thaw()
+	sets := s.Client.AppsV1().StatefulSets(s.Namespace)
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		cur, err := sets.Get(s.Ctx, "web", metav1.GetOptions{})
+		return err == nil && slices.Equal(cur.Finalizers, []string{recreate.Finalizer}),
+			fmt.Sprintf("want the old object held by the re-create's finalizer alone once the dependents are orphaned: %v %v", err, cur.Finalizers)
+	})
+	late := &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: "web-late", Labels: map[string]string{"app": "web"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: old.UID, Controller: ptr.To(true)}}},
+		Data:     runtime.RawExtension{Raw: []byte(`{}`)},
+		Revision: 2,
+	}
+	if _, err := s.Client.AppsV1().ControllerRevisions(s.Namespace).Create(s.Ctx, late, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the late ControllerRevision: %v", err)
+	}
+
+	ssr.Start(t)
+	got := s.waitRecreated(t, "web", old.UID, "2Gi")
+	s.checkAdopted(t, "web", before, got.UID)
+	if evs := s.StatefulSetEvents(t, "web", controller.EventRecreateCancelled); len(evs) != 0 {
+		t.Errorf("the re-create of a StatefulSet nobody deleted was cancelled: %s", scenario.DescribeEvents(evs))
 	}
 }
