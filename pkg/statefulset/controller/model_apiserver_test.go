@@ -51,14 +51,14 @@ var deletedAt = metav1.Unix(1000, 0)
 // were told, for the invariants. It is a plain value: clone copies it, key
 // names it.
 type world struct {
-	STS      *appsv1.StatefulSet           `json:"sts,omitempty"`
-	Records  map[string]*corev1.ConfigMap  `json:"records,omitempty"` // by namespace/name
-	Pod      *corev1.Pod                   `json:"pod,omitempty"`
-	Revision *appsv1.ControllerRevision    `json:"revision,omitempty"`
+	STS      *appsv1.StatefulSet          `json:"sts,omitempty"`
+	Records  map[string]*corev1.ConfigMap `json:"records,omitempty"` // by namespace/name
+	Pod      *corev1.Pod                  `json:"pod,omitempty"`
+	Revision *appsv1.ControllerRevision   `json:"revision,omitempty"`
 	// Late is a revision the StatefulSet controller created for the old
 	// object while it was being deleted, after the garbage collector's
 	// graph was read (the race of lateRevision).
-	Late *appsv1.ControllerRevision `json:"late,omitempty"`
+	Late     *appsv1.ControllerRevision    `json:"late,omitempty"`
 	PVC      *corev1.PersistentVolumeClaim `json:"pvc"`
 	NSLabels map[string]string             `json:"nsLabels,omitempty"`
 	Version  int                           `json:"version"`
