@@ -28,11 +28,8 @@ type testCase struct {
 
 type report struct {
 	Suites []struct {
-		Properties []struct {
-			Name  string `xml:"name,attr"`
-			Value string `xml:"value,attr"`
-		} `xml:"properties>property"`
-		Cases []testCase `xml:"testcase"`
+		Properties []property `xml:"properties>property"`
+		Cases      []testCase `xml:"testcase"`
 	} `xml:"testsuite"`
 }
 
@@ -102,37 +99,52 @@ func readRun(name string, files []string, sel selection) (run, error) {
 			return run{}, fmt.Errorf("run %s: %w", name, err)
 		}
 		for _, s := range rep.Suites {
-			for _, p := range s.Properties {
-				if p.Name == "SuiteSucceeded" && p.Value == "false" {
-					r.suiteFailures = append(r.suiteFailures, file+": the suite did not succeed (SuiteSucceeded=false)")
-				}
-			}
+			specFailed := false
 			for _, c := range s.Cases {
-				r.add(file, c, sel)
+				specFailed = r.add(file, c, sel) || specFailed
+			}
+			// A failed spec makes the suite fail too; without one, the suite failed around the
+			// specs (a timeout, an interrupt, a failing report node).
+			if prop(s.Properties, "SuiteSucceeded") == "false" && !specFailed {
+				r.suiteFailures = append(r.suiteFailures, fmt.Sprintf("%s: the suite did not succeed (SuiteSucceeded=false, SpecialSuiteFailureReason %q)",
+					file, prop(s.Properties, "SpecialSuiteFailureReason")))
 			}
 		}
 	}
 	return r, nil
 }
 
-func (r *run) add(file string, c testCase, sel selection) {
+// add records one <testcase> of a report of the run; it says whether it is a spec that failed.
+func (r *run) add(file string, c testCase, sel selection) (specFailed bool) {
+	o := outcomeOf(c, true)
 	if suiteNode.MatchString(c.Name) {
-		if o := outcomeOf(c, true); o != pass && o != skip {
+		if o != pass && o != skip {
 			r.suiteFailures = append(r.suiteFailures, fmt.Sprintf("%s: %s %s: %s", file, c.Name, c.Status, failureMessage(c)))
 		}
-		return
+		return false
 	}
 	c.Name = strings.TrimPrefix(c.Name, "[It] ")
-	if o := outcomeOf(c, true); o == pass || o == fail {
+	if o == pass || o == fail {
 		r.ran[c.Name] = c
 	}
-	if !sel.listed(c.Name) {
-		return
+	if old, ok := r.cases[c.Name]; sel.listed(c.Name) && (!ok || old.Status == skipped) {
+		r.cases[c.Name] = c
 	}
-	if old, ok := r.cases[c.Name]; ok && old.Status != skipped {
-		return
+	return o == fail
+}
+
+type property struct {
+	Name  string `xml:"name,attr"`
+	Value string `xml:"value,attr"`
+}
+
+func prop(props []property, name string) string {
+	for _, p := range props {
+		if p.Name == name {
+			return p.Value
+		}
 	}
-	r.cases[c.Name] = c
+	return ""
 }
 
 func failureMessage(c testCase) string {
@@ -157,11 +169,7 @@ func readExpected(files []string) ([]string, error) {
 			return nil, fmt.Errorf("-expect: %w", err)
 		}
 		for _, s := range rep.Suites {
-			dry := false
-			for _, p := range s.Properties {
-				dry = dry || p.Name == "DryRun" && p.Value == "true"
-			}
-			if !dry {
+			if prop(s.Properties, "DryRun") != "true" {
 				return nil, fmt.Errorf("-expect: %s is not the report of a dry run (no DryRun=true property): run e2e.test -ginkgo.dry-run with the same focus and skip", file)
 			}
 			for _, c := range s.Cases {
