@@ -44,7 +44,7 @@ declare -A stage_vars=(
   [test-integration]="INTEGRATION_SKIP=^TestManifests"
 )
 # The clusters the cluster lane's stages start (their scripts' defaults, or the caller's
-# CLUSTER_*): removed after a stop, when the stage could not remove them itself.
+# CLUSTER_*): removed after a stop and at the end, where a stage could not remove its own.
 cluster_names=(
   "${CLUSTER_NAME:-csi-resizer-test} ${CLUSTER_NET:-10.213.1} ${CLUSTER_VETH:-crtest0}"
   "${CLUSTER_NAME:-csi-resizer-k8s-e2e} ${CLUSTER_NET:-10.213.2} ${CLUSTER_VETH:-crk8se2e0}"
@@ -211,9 +211,11 @@ for stage in "${first[@]}"; do
 done
 
 # 2. the lanes.
+cluster_lane=false
 if ((${#lane_cluster[@]})); then
   lane cluster "${lane_cluster[@]}" &
   lane_pids[cluster]=$!
+  cluster_lane=true
 fi
 lane main "${lane_main[@]}" &
 lane_pids[main]=$!
@@ -235,6 +237,11 @@ while ((${#lane_pids[@]})); do
   fi
 done
 trap - INT TERM
+# A node its stage could not remove (a go test timeout panics past TestMain's Down) is not left
+# on the machine: down.sh, for each that is still there.
+if $cluster_lane; then
+  down_clusters
+fi
 
 wall=$(($(date +%s) - check_start))
 if [[ -e "$state/failed/stage" ]]; then
