@@ -28,7 +28,7 @@ UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspat
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath test-cluster check clean
+.PHONY: help build test test-fuzz verify verify-mod verify-code vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath test-cluster check clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -46,15 +46,19 @@ test-fuzz: ## run the decision fuzzers (expansion, modification, statefulset-res
 	$(GO) test ./pkg/statefulset/plan -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/statefulset/webhook -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
 
-verify: ## gofmt, go vet (all build tags), go mod tidy + vendor leave no diff, govulncheck
-	@out=$$(git ls-files -co --exclude-standard -- '*.go' ':!vendor/**' ':!test/k8s-bins/**' | xargs gofmt -l); \
-	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) vet -tags integration ./...
+verify: verify-mod verify-code ## gofmt, go vet (all build tags), go mod tidy + vendor leave no diff, govulncheck
+
+verify-mod: ## go mod tidy + go mod vendor leave go.mod, go.sum and vendor/ unchanged
 	@# Run in place on purpose: when they change something, the change is left for review and commit.
 	@GOFLAGS=-mod=mod $(GO) mod tidy && GOFLAGS=-mod=mod $(GO) mod vendor; \
 	  if ! git diff --quiet -- go.mod go.sum vendor || [ -n "$$(git status --porcelain -- vendor)" ]; then \
 	    echo "go mod tidy / go mod vendor changed go.mod, go.sum or vendor/ (left in the tree): review and commit them"; git status --short -- go.mod go.sum vendor | head; exit 1; fi
+
+verify-code: ## gofmt, go vet (all build tags), govulncheck
+	@out=$$(git ls-files -co --exclude-standard -- '*.go' ':!vendor/**' ':!test/k8s-bins/**' | xargs gofmt -l); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
 	@$(MAKE) --no-print-directory vulncheck
 
 vulncheck: ## govulncheck, when its database is reachable from this machine
@@ -178,12 +182,11 @@ test-k8s-e2e: ## Kubernetes' own storage e2e tests (CSI Mock volume expansion, v
 test-k8s-e2e-ci: ## the subset of test-k8s-e2e CI runs (Expansion with recovery, volume-expand), with K8S_E2E_RESIZERS (default: ours, as make check runs it; "ours upstream" for both), docs untouched
 	K8S_E2E_RESIZERS='$(K8S_E2E_RESIZERS)' bash hack/k8s-e2e.sh --ci
 
-# make check runs these stages (hack/check.sh): verify alone (it rewrites vendor/ in place),
-# then two lanes side by side, the cluster suites in one and the rest in the other, soak-ci and
-# bench-smoke in whichever is free first. helm-check before test: it builds helm, which test's
-# deploy/helm tests need under CI=true. Each stage's log is in bin/check/.
-CHECK_STAGES := verify helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration test-cluster test-k8s-e2e-ci soak-ci bench-smoke
-check: ## everything CI runs: verify, then two lanes at once (test-cluster, test-k8s-e2e-ci | helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration; soak-ci, bench-smoke in either); logs in bin/check/
+# make check runs these stages (hack/check.sh): verify-mod alone (it rewrites vendor/ in place),
+# then two lanes side by side, the cluster suites in one and the rest (verify-code first) in the
+# other, soak-ci and bench-smoke in whichever is free first. helm-check before test: it builds
+# helm, which test's deploy/helm tests need under CI=true. Each stage's log is in bin/check/.
+check: ## everything CI runs: verify-mod, then two lanes at once (test-cluster, test-k8s-e2e-ci | verify-code helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration; soak-ci, bench-smoke in either); logs in bin/check/
 	MAKE='$(MAKE)' bash hack/check.sh
 
 clean:

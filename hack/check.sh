@@ -2,12 +2,13 @@
 # make check: every stage CI runs, in two lanes side by side, so that the machine's cores work
 # while the cluster suites wait for pods and the integration tests wait for their apiservers.
 #
-#   1. verify, alone: its `go mod tidy && go mod vendor` rewrites vendor/ in place, which no
-#      compile of the main module may read meanwhile.
+#   1. verify-mod (make verify's `go mod tidy && go mod vendor`, no diff), alone: it rewrites
+#      vendor/ in place, which no compile of the main module may read meanwhile.
 #   2. two lanes at once:
 #        cluster: test-cluster, then test-k8s-e2e-ci (root, namespaces, one node at a time;
 #                 each skips in one line where a node cannot run, except under CI=true)
-#        main:    helm-check, test, test-fuzz, check-rules, lint-dockerfile, manifests-check,
+#        main:    verify-code (the rest of make verify: gofmt, go vet, govulncheck), helm-check,
+#                 test, test-fuzz, check-rules, lint-dockerfile, manifests-check,
 #                 test-integration (without TestManifests*, which manifests-check just ran)
 #      and then soak-ci and bench-smoke, each taken by whichever lane is free first (warm, that
 #      is the cluster lane; cold, the main lane, while the cluster's parts still build).
@@ -34,9 +35,9 @@ MAKE=${MAKE:-make}
 LOGS=${CHECK_LOGS:-$root/bin/check}
 PRINT_LINES=${CHECK_PRINT_LINES:-3000}
 
-first=(verify)
+first=(verify-mod)
 lane_cluster=(test-cluster test-k8s-e2e-ci)
-lane_main=(helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration)
+lane_main=(verify-code helm-check test test-fuzz check-rules lint-dockerfile manifests-check test-integration)
 pool=(soak-ci bench-smoke)
 # What a stage runs besides its target's defaults (make variables).
 declare -A stage_vars=(
@@ -123,7 +124,7 @@ lane() {
 # stop_lanes NAME...: stops the lanes' running stages (SIGTERM to each stage's process group,
 # SIGKILL after CHECK_STOP_GRACE seconds, default 60) and waits for the lanes to end. A stopped
 # cluster stage may leave its node (a go test binary killed runs no TestMain): down.sh removes
-# it. A lane's pid is in lane_pids; "main" without one is the stage before the lanes (verify).
+# it. A lane's pid is in lane_pids; "main" without one is the stage before the lanes (verify-mod).
 stop_lanes() {
   local deadline n stage_pid _ alive
   deadline=$(($(date +%s) + ${CHECK_STOP_GRACE:-60}))
@@ -202,7 +203,7 @@ summary() {
   echo "$verdict"
 }
 
-# 1. verify, alone.
+# 1. verify-mod, alone.
 for stage in "${first[@]}"; do
   if ! run_stage main "$stage"; then
     summary "make check: FAIL: stage $stage failed; its log: $LOGS/$stage.log"
