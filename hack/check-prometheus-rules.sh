@@ -118,8 +118,8 @@ find_promtool() {
 	fi
 	# The package's postinst may fail to start the service where there is no init
 	# system; only the promtool binary matters here, so check for it afterwards.
-	"${sudo[@]}" apt-get update -qq >&2 || true
-	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends prometheus >&2 || true
+	"${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 || true
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends prometheus >&2 || true
 	command -v promtool >/dev/null 2>&1 || {
 		echo "FAIL: installing prometheus did not provide promtool" >&2
 		return 1

@@ -17,6 +17,12 @@
 # Every image is assembled offline and imported under the names the manifests use; nothing is
 # pulled.
 #
+# The verdict (hack/junit-table -check) fails the run on an e2e.test exit status that is not 0, on a
+# spec the focus selects (e2e.test -ginkgo.dry-run, recorded first) that a run did not run and
+# test/k8s-e2e/notes.tsv does not explain, on a suite-level failure ([SynchronizedBeforeSuite] and
+# the like), on a failed spec, and on an outcome that differs between the images without a
+# "differs" note.
+#
 # Usage: hack/k8s-e2e.sh [--ci|--table]
 #   --ci: only the subset CI runs (Expansion with recovery, volume-expand), and no docs/ change.
 #   --table: no run; the table and docs/k8s-e2e.md again from the last full run's reports.
@@ -30,7 +36,8 @@
 #                         for the literal drop-in (docs/k8s-e2e.md)
 #   K8S_E2E_FOCUS_MOCK, K8S_E2E_FOCUS_DRIVER  run these -ginkgo.focus regexps instead of the
 #                         suites (mock driver, csi-driver-host-path; "-" or unset: none there)
-#   K8S_E2E_OUT           where the logs and JUnit reports go (default bin/k8s-e2e)
+#   K8S_E2E_OUT           where the logs and JUnit reports go (default bin/k8s-e2e; the dry run's
+#                         in expected/, its list of selected specs in expected.txt)
 #   K8S_E2E_DOC           the table's document (default docs/k8s-e2e.md; full runs only)
 #   UPSTREAM_RESIZER, HOSTPATH_PLUGIN, HOSTPATH_DEPLOY  as for hack/cluster/build-images.sh
 set -euo pipefail
@@ -225,19 +232,29 @@ image_id() {
   ctr content get "$manifest" 2>/dev/null | grep -o '"config":{[^}]*}' | grep -o 'sha256:[0-9a-f]*'
 }
 
-# run_e2e RUN GROUP FOCUS...: one e2e.test process, its log and JUnit report in $OUT/RUN/GROUP.
+# run_e2e RUN GROUP FOCUS...: one e2e.test process, its log, JUnit report and exit status in
+# $OUT/RUN/GROUP. RUN "expected" is the dry run (-ginkgo.dry-run, the same focus and skip): its
+# report lists the specs the focus selects, which the verdict wants run.
 run_e2e() {
-  local r=$1 group=$2 f
+  local r=$1 group=$2 f rc=0
   shift 2
   mkdir -p "$OUT/$r/$group"
   local args=(-kubeconfig "$KUBECONFIG" -kubectl-path "$KUBECTL" -provider skeleton -repo-root "$driver_dir"
     -storage.testdriver "$driver_dir/test-driver.yaml" -report-dir "$OUT/$r/$group"
     -ginkgo.skip "$skip" -ginkgo.no-color -ginkgo.v -ginkgo.timeout 3h)
+  [[ $r != expected ]] || args+=(-ginkgo.dry-run)
   for f in "$@"; do
     args+=(-ginkgo.focus "$f")
   done
-  "$e2e_bin/e2e.test" "${args[@]}" >"$OUT/$r/$group/e2e.log" 2>&1
+  "$e2e_bin/e2e.test" "${args[@]}" >"$OUT/$r/$group/e2e.log" 2>&1 || rc=$?
+  echo "$rc" >"$OUT/$r/$group/rc"
+  return "$rc"
 }
+
+# groups: the e2e.test processes of a run (the mock driver's, csi-driver-host-path's).
+groups=()
+((${#focus_mock_group[@]} == 0)) || groups+=(mock)
+((${#focus_driver_group[@]} == 0)) || groups+=(hostpath)
 
 # --- runs -----------------------------------------------------------------------------------
 # What ran, for --table.
@@ -245,6 +262,18 @@ $ci && echo ci >"$OUT/mode" || echo full >"$OUT/mode"
 printf '%s\n' "$resizers" >"$OUT/resizers"
 printf '%s\n' "${focus[@]}" >"$OUT/focus"
 echo "$(cd "$root" && git rev-parse --short HEAD) $version" >"$OUT/commit"
+printf '%s\n' "${groups[@]}" >"$OUT/groups"
+# The specs the focus selects, from e2e.test's dry run: the verdict fails a run that ran fewer.
+rm -rf "${OUT:?}/expected"
+for group in "${groups[@]}"; do
+  case $group in
+  mock) run_e2e expected mock "${focus_mock_group[@]}" ;;
+  hostpath) run_e2e expected hostpath "${focus_driver_group[@]}" ;;
+  esac || { echo "k8s-e2e: the dry run of the $group specs failed: see $OUT/expected/$group/e2e.log" >&2; exit 1; }
+done
+cat "$OUT"/expected/*/junit_01.xml | sed -n 's/.*<testcase name="\[It\] \(.*\)" classname="[^"]*" status="passed".*/\1/p' |
+  sed "s/&#39;/'/g; s/&#34;/\"/g; s/&lt;/</g; s/&gt;/>/g; s/&amp;/\&/g" | sort -u >"$OUT/expected.txt"
+log "k8s-e2e: the focus selects $(wc -l <"$OUT/expected.txt") specs ($OUT/expected.txt)"
 for r in $resizers; do
   log "k8s-e2e: run '$r'"
   [[ $r != product ]] || alias_image "$PRODUCT_IMAGE" "$(run_image product)"
@@ -282,9 +311,10 @@ for r in $resizers; do
     run_e2e "$r" hostpath "${focus_driver_group[@]}" &
     pids+=($!)
   fi
+  # The run's exit status: the first of its processes' that is not 0 (each is in GROUP/rc).
   rc=0
   for pid in "${pids[@]}"; do
-    wait "$pid" || rc=$?
+    wait "$pid" || { ((rc != 0)) || rc=$?; }
   done
   echo "$(($(date +%s) - start))" >"$OUT/$r/seconds"
   echo "$rc" >"$OUT/$r/rc"
@@ -297,6 +327,7 @@ mode=full
 if $table_only; then
   [[ -f "$OUT/focus" ]] || { echo "k8s-e2e: no run in $OUT to make a table of" >&2; exit 1; }
   mapfile -t focus <"$OUT/focus"
+  mapfile -t groups <"$OUT/groups"
   resizers=$(cat "$OUT/resizers")
   mode=$(cat "$OUT/mode")
 fi
@@ -306,18 +337,28 @@ table_args=(-notes "$root/test/k8s-e2e/notes.tsv" -exclude "$skip")
 for f in "${focus[@]}"; do
   table_args+=(-match "$f")
 done
-reports=()
+# The verdict's evidence: the dry run's reports (what the focus selects), each run's reports
+# and e2e.test's exit status.
+expect=() reports=()
+for group in "${groups[@]}"; do
+  expect+=("$OUT/expected/$group/junit_01.xml")
+done
+table_args+=(-expect "$(IFS=,; echo "${expect[*]}")")
 for r in $resizers; do
-  for group in mock hostpath; do
+  files=()
+  for group in "${groups[@]}"; do
     [[ -f "$OUT/$r/$group/junit_01.xml" ]] ||
       { echo "k8s-e2e: run '$r' wrote no JUnit report: see $OUT/$r/$group/e2e.log" >&2; exit 1; }
+    files+=("$OUT/$r/$group/junit_01.xml")
   done
-  reports+=("$r=$OUT/$r/mock/junit_01.xml,$OUT/$r/hostpath/junit_01.xml")
+  reports+=("$r=$(IFS=,; echo "${files[*]}")")
+  table_args+=(-exit "$r=$(cat "$OUT/$r/rc")")
 done
-# -check: the verdict. A failure with ours is one when upstream's image passes the same test, or
-# when test/k8s-e2e/notes.tsv does not explain it by this environment.
+# -check: the verdict (hack/junit-table's doc): it fails on an e2e.test exit status that is not
+# 0, on a selected spec not run that test/k8s-e2e/notes.tsv does not explain, on a suite-level
+# failure, on a failed spec, and on an outcome that differs between the images without a note.
 verdict=0
-table=$(cd "$root/test/k8s-e2e" && GOFLAGS="-mod=readonly" go run ./cmd/junit-table -check "${table_args[@]}" "${reports[@]}") || verdict=$?
+table=$(cd "$root" && go run -mod=vendor ./hack/junit-table -check "${table_args[@]}" "${reports[@]}") || verdict=$?
 echo "$table"
 
 # A full run rewrites the generated part of the document; the part above the marker is prose.
@@ -329,6 +370,7 @@ if $table_only || ! $ci; then
     read -r commit run_version 2>/dev/null <"$OUT/commit" ||
       { commit=$(cd "$root" && git rev-parse --short HEAD); run_version=$version; }
     echo "Run started $(date -u -r "$OUT/mode" '+%Y-%m-%d %H:%M UTC') on commit $commit ($run_version), e2e.test $("$e2e_bin/e2e.test" -version 2>/dev/null | head -1)."
+    echo "e2e.test's dry run with the same focus and skip selects $(wc -l <"$OUT/expected.txt") specs: the verdict wants each run, or explained in test/k8s-e2e/notes.tsv."
     if [[ $mode == ci ]]; then
       echo
       # shellcheck disable=SC2016 # the backquotes are Markdown
@@ -354,7 +396,7 @@ if $table_only || ! $ci; then
   log "k8s-e2e: wrote $DOC"
 fi
 if ((verdict != 0)); then
-  echo "k8s-e2e: FAIL (the table above; logs under $OUT)" >&2
+  echo "k8s-e2e: FAIL: the verdict above (the table above; logs under $OUT)" >&2
   exit 1
 fi
-log "k8s-e2e: no failure of $(awk '{ print $1 }' <<<"$resizers") that another image passes or this environment does not explain"
+log "k8s-e2e: PASS: every run exited 0, ran every spec the focus selects that notes.tsv does not explain, with no suite-level failure, no failed spec and no unexplained difference between the images"

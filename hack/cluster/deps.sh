@@ -1,45 +1,85 @@
 #!/usr/bin/env bash
-# Installs, from Debian's packages, what the one-node cluster takes from the machine rather than
-# building it: runc, the CNI plugins (bridge, host-local, loopback, portmap), iptables and
-# conntrack (kube-proxy, portmap), busybox-static and socat (put into images), openssl (the
-# cluster's certificates). A machine that has them all is left alone; as root, on a fresh
-# machine, this is what .ci/run would do.
+# What the one-node cluster (make test-cluster, make test-k8s-e2e*) takes from the machine
+# rather than building it, and the Debian package of each: the namespace and mount tools
+# (iproute2's ip, util-linux's nsenter/unshare/setsid/flock/mountpoint, mount's
+# mount/umount/losetup), procps (sysctl, ps), runc, the CNI plugins (bridge, host-local,
+# loopback, portmap), iptables and conntrack (kube-proxy, portmap), busybox-static and socat (put
+# into images), openssl (the cluster's certificates), curl, CA certificates, and Debian's
+# prometheus (test/cluster's TestOperations scrapes with it; make check-rules uses its promtool).
+#
+#   hack/cluster/deps.sh           installs what is missing (root; a machine that has it all is
+#                                  left alone): what .ci/run and hack/cluster/up.sh do
+#   hack/cluster/deps.sh --check   installs nothing: lists what is missing on stderr, exit 1
+#                                  (hack/cluster/require.sh uses it)
 set -euo pipefail
 
 # command-or-file package
 needs=(
-  "runc runc"
-  "/usr/lib/cni/bridge containernetworking-plugins"
-  "iptables iptables"
-  "conntrack conntrack"
-  "/bin/busybox busybox-static"
-  "socat socat"
-  "openssl openssl"
-  "curl curl"
   "ip iproute2"
   "nsenter util-linux"
-  "losetup mount"
+  "unshare util-linux"
+  "setsid util-linux"
   "flock util-linux"
+  "mountpoint util-linux"
+  "mount mount"
+  "umount mount"
+  "losetup mount"
+  "sysctl procps"
+  "ps procps"
+  "runc runc"
+  "/usr/lib/cni/bridge containernetworking-plugins"
+  "/usr/lib/cni/host-local containernetworking-plugins"
+  "/usr/lib/cni/loopback containernetworking-plugins"
+  "/usr/lib/cni/portmap containernetworking-plugins"
+  "iptables iptables"
+  "iptables-restore iptables"
+  "conntrack conntrack"
+  "/bin/busybox busybox-static"
+  "/usr/bin/socat socat"
+  "ldd libc-bin"
+  "openssl openssl"
+  "curl curl"
   "/etc/ssl/certs/ca-certificates.crt ca-certificates"
+  "prometheus prometheus"
+  "promtool prometheus"
 )
-missing=()
-for n in "${needs[@]}"; do
-  read -r what pkg <<<"$n"
-  if [[ "$what" == /* ]]; then
-    [[ -e "$what" ]] && continue
-  else
-    command -v "$what" >/dev/null 2>&1 && continue
-  fi
-  missing+=("$pkg")
-done
-((${#missing[@]} == 0)) && exit 0
 
-mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
-if [[ $(id -u) -ne 0 ]]; then
-  echo "cluster: missing Debian packages ${missing[*]} (install them as root)" >&2
+# missing: the packages of what is not here, one a line, sorted; the missing names on fd 3.
+missing() {
+  local n what pkg
+  for n in "${needs[@]}"; do
+    read -r what pkg <<<"$n"
+    if [[ "$what" == /* ]]; then
+      [[ -e "$what" ]] && continue
+    else
+      command -v "$what" >/dev/null 2>&1 && continue
+    fi
+    echo "$what" >&3
+    echo "$pkg"
+  done | sort -u
+}
+
+check=false
+case "${1:-}" in
+--check) check=true ;;
+"") ;;
+*) echo "usage: $0 [--check]" >&2; exit 2 ;;
+esac
+
+names=$(mktemp)
+trap 'rm -f "$names"' EXIT
+mapfile -t pkgs < <(missing 3>"$names")
+((${#pkgs[@]} == 0)) && exit 0
+if $check || [[ $(id -u) -ne 0 ]]; then
+  echo "cluster: missing $(sort -u "$names" | tr '\n' ' ')(Debian packages ${pkgs[*]}; as root, hack/cluster/deps.sh installs them)" >&2
   exit 1
 fi
-echo "cluster: installing ${missing[*]}" >&2
+echo "cluster: installing ${pkgs[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+# The lock timeout: another apt-get (a second make target) may be installing at the same time.
+apt=(apt-get -o DPkg::Lock::Timeout=600)
+"${apt[@]}" update -qq >&2
+"${apt[@]}" install -y -qq --no-install-recommends "${pkgs[@]}" >&2
+# What the packages did not bring is a failure here, not a skip later.
+rm -f "$names"
+exec bash "${BASH_SOURCE[0]}" --check

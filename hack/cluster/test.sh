@@ -3,8 +3,10 @@
 # starts (building what is missing: cold, about 20 minutes for containerd, the node binaries and
 # the sidecars; cached) and removes when done.
 #
-# A machine that cannot run the node (not root, no network or mount namespaces, no cgroups) gets
-# one line and a skip, except under CI=true, where the suite must run.
+# A machine that cannot run the node (not root, no network or mount namespaces, no cgroups, a
+# tool missing that hack/cluster/deps.sh cannot install) gets one line and a skip, except under
+# CI=true, where the suite must run: there it fails at once. require.sh installs what the
+# suite takes from Debian (prometheus too: TestOperations scrapes with it).
 # RUN selects tests (go test -run), CLUSTER_TEST_TIMEOUT bounds the run (default 40m).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -13,11 +15,5 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/hack/cluster/require.sh" test-cluster
 
 cd "$root"
-# Debian's prometheus scrapes the resizer's pods in TestOperations.
-if ! command -v prometheus >/dev/null 2>&1; then
-  echo "test-cluster: installing Debian's prometheus" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >&2 ||
-    { apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >&2; }
-fi
 bash hack/build-k8s-bins.sh >/dev/null
 exec go test -tags cluster -count=1 -timeout "${CLUSTER_TEST_TIMEOUT:-40m}" -v -run "${RUN:-.}" ./test/cluster/
