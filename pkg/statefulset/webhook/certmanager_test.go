@@ -177,13 +177,7 @@ func TestCertManagerKeepsTrustedCertificateWhileInjectionFails(t *testing.T) {
 // that loads it injects the bundle before serving it. A replica that starts
 // meanwhile (nothing served) serves it once the configuration trusts it.
 func TestCertManagerReplicaLoadsRenewalNotInjected(t *testing.T) {
-	ctx := context.Background()
-	client := fake.NewClientset(webhookConfig())
-	clock := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	m := manager(client, clock)
-	if err := m.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, client, clock, m := startedManager(t)
 	first := leafOf(t, m.current.Load())
 	clock.Step(61 * 24 * time.Hour)
 	// The other replica's renewal, written and never injected.
@@ -229,13 +223,7 @@ func TestCertManagerReplicaLoadsRenewalNotInjected(t *testing.T) {
 // certificate the bundle is injected for is served at once, there is nothing
 // to keep.
 func TestCertManagerReplacesUntrustedCertificateAtOnce(t *testing.T) {
-	ctx := context.Background()
-	client := fake.NewClientset(webhookConfig())
-	clock := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	m := manager(client, clock)
-	if err := m.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, client, clock, m := startedManager(t)
 	first := leafOf(t, m.current.Load())
 	if err := client.CoreV1().Secrets("kube-system").Delete(ctx, "tls", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

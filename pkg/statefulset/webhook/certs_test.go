@@ -36,6 +36,20 @@ func manager(client *fake.Clientset, clock *testingclock.FakeClock) *CertManager
 		Hosts: hosts, Validity: 90 * 24 * time.Hour, Interval: time.Minute, Clock: clock}
 }
 
+// startedManager is a manager on a fake clientset holding the webhook
+// configuration, with a fake clock, after its first sync.
+func startedManager(t *testing.T) (context.Context, *fake.Clientset, *testingclock.FakeClock, *CertManager) {
+	t.Helper()
+	ctx := context.Background()
+	client := fake.NewClientset(webhookConfig())
+	clock := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	m := manager(client, clock)
+	if err := m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, client, clock, m
+}
+
 // verify checks that the served certificate chains to the bundle for every host.
 func verify(t *testing.T, m *CertManager, bundle []byte, now time.Time) {
 	t.Helper()
@@ -113,13 +127,7 @@ func TestCertManagerGeneratesSharesAndInjects(t *testing.T) {
 }
 
 func TestCertManagerRenewsBeforeExpiry(t *testing.T) {
-	ctx := context.Background()
-	client := fake.NewClientset(webhookConfig())
-	clock := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	m := manager(client, clock)
-	if err := m.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, client, clock, m := startedManager(t)
 	first, _ := m.GetCertificate(nil)
 	clock.Step(59 * 24 * time.Hour) // before two thirds of 90 days
 	if err := m.Sync(ctx); err != nil {
