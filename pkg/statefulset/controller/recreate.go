@@ -181,6 +181,9 @@ func (c *Controller) storeRecord(ctx context.Context, cached *appsv1.StatefulSet
 		"Re-creating the StatefulSet with the desired volume claim templates %s (orphan delete and create, pods and PVCs are kept; record ConfigMap %s/%s)",
 		describeTemplates(templates), cm.Namespace, cm.Name)
 	rec, err := recreate.Parse(created)
+	if rec != nil {
+		rec.Proven = true // the dry run above was of this very object
+	}
 	return live, rec, err
 }
 
@@ -205,6 +208,15 @@ func (c *Controller) proveCreate(ctx context.Context, live, obj *appsv1.Stateful
 		return false, nil
 	}
 	return false, fmt.Errorf("dry-run create of StatefulSet %s/%s before its re-create: %w", live.Namespace, live.Name, err)
+}
+
+// proveIfNeeded is proveCreate for rec's object, unless this sync stored
+// rec and proved it already (one dry run per re-create, not two).
+func (c *Controller) proveIfNeeded(ctx context.Context, live *appsv1.StatefulSet, rec *recreate.Record) (bool, error) {
+	if rec.Proven {
+		return true, nil
+	}
+	return c.proveCreate(ctx, live, rec.Object)
 }
 
 // refused tells, once per desire and reason, that the re-create cannot be
@@ -242,7 +254,7 @@ func (c *Controller) deleteOld(ctx context.Context, cached *appsv1.StatefulSet, 
 	if rec, err = c.updateRecord(ctx, live, templates, rec); err != nil {
 		return live, rec, err
 	}
-	if ok, err := c.proveCreate(ctx, live, rec.Object); !ok {
+	if ok, err := c.proveIfNeeded(ctx, live, rec); !ok {
 		return live, nil, errors.Join(err, c.withdraw(ctx, live, rec, "the create of the replacement would be refused"))
 	}
 	// The preconditions are the version the record was checked against.

@@ -83,6 +83,10 @@ type Record struct {
 	// preconditions of its delete and update.
 	ConfigMapUID             types.UID
 	ConfigMapResourceVersion string
+	// Proven: this process proved, by a dry-run create, that Object will be
+	// accepted, in the sync that stored it (never read from the record: a
+	// record read or rewritten is proven again before the delete).
+	Proven bool
 }
 
 // RecordName is the name of the record of the StatefulSet namespace/name.
