@@ -338,6 +338,7 @@ func (c *Controller) apply(ctx context.Context, sts *appsv1.StatefulSet, key str
 	c.metrics.SetStatefulSet(sts.Namespace, sts.Name, counts)
 	st := d.Status()
 	st.Recreate = recreatePending
+	st.RecreateStep = c.statusStep(sts, recreatePending)
 	statusErr := c.writeStatus(ctx, sts, st)
 	return errors.Join(transientErr, statusErr)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
 // Event reasons of the re-create, on the StatefulSet.
@@ -156,13 +157,16 @@ func (c *Controller) storeRecord(ctx context.Context, cached *appsv1.StatefulSet
 		err = recreate.CheckName(live.Namespace, live.Name)
 	}
 	if err != nil {
-		c.refused(live, fmt.Errorf("cannot re-create the StatefulSet with the desired volume claim templates: %w", err))
+		c.refused(ctx, live, fmt.Errorf("cannot re-create the StatefulSet with the desired volume claim templates: %w", err))
 		return live, nil, nil
 	}
 	if ok, err := c.proveCreate(ctx, live, obj); !ok {
 		return live, nil, err
 	}
-	if live, err = c.setFinalizer(ctx, live, true); err != nil || live == nil {
+	deleting := c.encodedStep(ctx, live, status.StepDeleting, fmt.Sprintf(
+		"record %s/%s stored; the object is deleted with orphan propagation, released once the garbage collector has orphaned its pods, and created again from the record",
+		c.recordNamespace, recreate.RecordName(live.Namespace, live.Name)))
+	if live, err = c.setFinalizer(ctx, live, true, deleting); err != nil || live == nil {
 		return cached, nil, err
 	}
 	cm, err := recreate.Build(live, templates, c.recordNamespace)
@@ -203,7 +207,7 @@ func (c *Controller) proveCreate(ctx context.Context, live, obj *appsv1.Stateful
 	if err == nil || apierrors.IsAlreadyExists(err) {
 		return true, nil
 	}
-	c.refused(live, fmt.Errorf("a create of the StatefulSet with the desired volume claim templates would be refused: %w", err))
+	c.refused(ctx, live, fmt.Errorf("a create of the StatefulSet with the desired volume claim templates would be refused: %w", err))
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 		return false, nil
 	}
@@ -219,13 +223,17 @@ func (c *Controller) proveIfNeeded(ctx context.Context, live *appsv1.StatefulSet
 	return c.proveCreate(ctx, live, rec.Object)
 }
 
-// refused tells, once per desire and reason, that the re-create cannot be
-// made and that nothing was deleted.
-func (c *Controller) refused(sts *appsv1.StatefulSet, err error) {
+// refused tells, in an event once per desire and reason and in the status
+// annotation, that the re-create cannot be made and that nothing was
+// deleted.
+func (c *Controller) refused(ctx context.Context, sts *appsv1.StatefulSet, err error) {
 	key := sts.Namespace + "/" + sts.Name
+	message := err.Error() + ". Nothing was deleted. Fix the cause and apply again, or apply the templates as they are to withdraw the change"
 	if c.recreateRefused.first(key, sts.Annotations[desired.Annotation]+"\x00"+err.Error()) {
-		c.recorder.Eventf(sts, corev1.EventTypeWarning, EventRecreateRefused,
-			"%v. Nothing was deleted. Fix the cause and apply again, or apply the templates as they are to withdraw the change", err)
+		c.recorder.Event(sts, corev1.EventTypeWarning, EventRecreateRefused, message)
+	}
+	if err := c.writeStatus(ctx, sts, c.withStep(sts, status.StepRefused, message)); err != nil {
+		klog.FromContext(ctx).Error(err, "Not writing the refused re-create in the status annotation")
 	}
 }
 
@@ -248,7 +256,7 @@ func (c *Controller) deleteOld(ctx context.Context, cached *appsv1.StatefulSet, 
 	if !ready {
 		return live, nil, c.withdraw(ctx, live, rec, "the volume claim template change was withdrawn, or cannot be made now")
 	}
-	if live, err = c.setFinalizer(ctx, live, true); err != nil || live == nil {
+	if live, err = c.setFinalizer(ctx, live, true, ""); err != nil || live == nil {
 		return cached, rec, err
 	}
 	if rec, err = c.updateRecord(ctx, live, templates, rec); err != nil {
@@ -314,8 +322,9 @@ func (c *Controller) updateRecord(ctx context.Context, live *appsv1.StatefulSet,
 // the annotation naming this install's record (invariant I6), with the
 // object's resourceVersion as precondition, and returns the written object
 // (nil when it is gone). Removing the last finalizer of a terminating object
-// removes it.
-func (c *Controller) setFinalizer(ctx context.Context, sts *appsv1.StatefulSet, on bool) (*appsv1.StatefulSet, error) {
+// removes it. A non-empty statusValue is written as the status annotation in
+// the same patch (the re-create's step).
+func (c *Controller) setFinalizer(ctx context.Context, sts *appsv1.StatefulSet, on bool, statusValue string) (*appsv1.StatefulSet, error) {
 	if recreate.HasFinalizer(sts) == on {
 		return sts, nil
 	}
@@ -330,8 +339,12 @@ func (c *Controller) setFinalizer(ctx context.Context, sts *appsv1.StatefulSet, 
 		finalizers = append(finalizers, recreate.Finalizer)
 		ref = recreate.RecordRef(c.recordNamespace, sts.Namespace, sts.Name)
 	}
+	annotations := map[string]any{recreate.RecordAnnotation: ref}
+	if statusValue != "" {
+		annotations[status.Annotation] = statusValue
+	}
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": sts.ResourceVersion, "finalizers": finalizers,
-		"annotations": map[string]any{recreate.RecordAnnotation: ref}}})
+		"annotations": annotations}})
 	if err != nil {
 		return nil, fmt.Errorf("build finalizer patch: %w", err)
 	}

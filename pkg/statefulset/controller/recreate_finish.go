@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
 // This file holds the steps of the re-create after the delete (docs/design.md
@@ -49,7 +50,7 @@ func (c *Controller) release(ctx context.Context, cached *appsv1.StatefulSet, re
 	if rec, err = c.updateRecord(ctx, live, templates, rec); err != nil {
 		return live, rec, false, err
 	}
-	if _, err := c.setFinalizer(ctx, live, false); err != nil {
+	if _, err := c.setFinalizer(ctx, live, false, ""); err != nil {
 		return live, rec, false, err
 	}
 	klog.FromContext(ctx).V(2).Info("Released the old StatefulSet; the record holds its last version", "uid", rec.OldUID, "resourceVersion", rec.OldResourceVersion)
@@ -141,7 +142,7 @@ func (c *Controller) cancel(ctx context.Context, sts *appsv1.StatefulSet, rec *r
 	c.recorder.Eventf(sts, corev1.EventTypeNormal, EventRecreateCancelled,
 		"Another client deleted this StatefulSet during its re-create (%s): it is not re-created; the record %s/%s is deleted and the object released to the garbage collector",
 		why, c.recordNamespace, recreate.RecordName(sts.Namespace, sts.Name))
-	_, err := c.setFinalizer(ctx, sts, false)
+	_, err := c.setFinalizer(ctx, sts, false, "")
 	return err
 }
 
@@ -158,7 +159,7 @@ func (c *Controller) abandon(ctx context.Context, namespace, name string, sts *a
 		return fmt.Errorf("look up the re-create record of StatefulSet %s/%s: %w", namespace, name, err)
 	}
 	klog.FromContext(ctx).Info("No re-create under way: removing the re-create finalizer", "deleting", sts.DeletionTimestamp != nil)
-	_, err = c.setFinalizer(ctx, sts, false)
+	_, err = c.setFinalizer(ctx, sts, false, "")
 	return err
 }
 
@@ -229,12 +230,18 @@ func (c *Controller) finishRecreate(ctx context.Context, sts *appsv1.StatefulSet
 	if err := c.deleteRecord(ctx, sts.Namespace, sts.Name, rec); err != nil {
 		return err
 	}
+	same := sameTemplates(live.Spec.VolumeClaimTemplates, rec.Object.Spec.VolumeClaimTemplates)
 	if recreate.OtherInstall(live, c.recordNamespace) == "" {
-		if _, err := c.setFinalizer(ctx, live, false); err != nil {
+		var recreated string
+		if same {
+			recreated = c.encodedStep(ctx, live, status.StepRecreated, fmt.Sprintf("re-created with the volume claim templates %s, replacing uid %s",
+				describeTemplates(live.Spec.VolumeClaimTemplates), rec.OldUID))
+		}
+		if _, err := c.setFinalizer(ctx, live, false, recreated); err != nil {
 			return err
 		}
 	}
-	if sameTemplates(live.Spec.VolumeClaimTemplates, rec.Object.Spec.VolumeClaimTemplates) {
+	if same {
 		c.recorder.Eventf(live, corev1.EventTypeNormal, EventRecreated,
 			"Re-created with the volume claim templates %s (replaces uid %s; pods and PVCs kept and adopted)", describeTemplates(live.Spec.VolumeClaimTemplates), rec.OldUID)
 		return nil

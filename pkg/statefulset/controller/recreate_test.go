@@ -2,7 +2,9 @@ package controller
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -18,6 +20,7 @@ import (
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
+	"github.com/csi-resizer/csi-resizer/pkg/statefulset/status"
 )
 
 var stsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
@@ -195,6 +198,12 @@ func TestRecreateAtOnceKeepsEditsMadeWhileTerminating(t *testing.T) {
 	h.eventually("the step exported while the garbage collector has not run", func() bool {
 		return h.series(stepFamily) == `namespace="ns",statefulset="web",step="WaitForDeletion"`
 	})
+	if old, err := d.get("web"); err != nil {
+		t.Fatal(err)
+	} else if st, err := status.FromStatefulSet(old); err != nil || st == nil || st.RecreateStep == nil ||
+		st.RecreateStep.Step != status.StepDeleting || !strings.Contains(st.RecreateStep.Message, recordNS+"/"+recreate.RecordName(ns, "web")) {
+		t.Errorf("status of the terminating object %+v (%v), want step Deleting naming the record", st, err)
+	}
 	d.mu.Lock()
 	o := d.deletes[0]
 	d.mu.Unlock()
@@ -226,6 +235,10 @@ func TestRecreateAtOnceKeepsEditsMadeWhileTerminating(t *testing.T) {
 		t.Errorf("pod template annotations %v: the edit made while terminating was lost", created.Spec.Template.Annotations)
 	case annotated || recordAnnotated || len(created.Finalizers) != 0:
 		t.Errorf("annotations %v finalizers %v, want neither the desire nor a finalizer", created.Annotations, created.Finalizers)
+	}
+	if st, err := status.FromStatefulSet(created); err != nil || st == nil || st.RecreateStep == nil ||
+		st.RecreateStep.Step != status.StepRecreated || !strings.Contains(st.RecreateStep.Message, "uid-1") || st.RecreateStep.Since == "" {
+		t.Errorf("status of the re-created object %+v (%v), want step Recreated for its own uid naming uid-1", st, err)
 	}
 	h.eventually("no step exported once re-created", func() bool { return h.series(stepFamily) == "" })
 	var ev []string
@@ -315,8 +328,45 @@ func TestRecreateWaitsForAPartitionedRollout(t *testing.T) {
 	if n := len(h.actions("delete", "statefulsets")) + len(h.actions("create", "configmaps")); n != 0 {
 		t.Errorf("%d deletes or records during a partitioned rollout", n)
 	}
+	if st := h.status(); st == nil || st.RecreateStep == nil || st.RecreateStep.Step != status.StepHeldBack ||
+		!strings.Contains(st.RecreateStep.Message, "partition 1") {
+		t.Errorf("status %+v, want step HeldBack naming the partition", st)
+	}
 	ev := h.events()
 	if len(ev) != 1 || !hasEvent(ev, "Normal", EventRecreateWaiting, "partition 1") {
 		t.Errorf("events %q, want one RecreateWaiting naming the partition", ev)
+	}
+}
+
+// A re-create whose create would be refused (a server dry run meets a quota)
+// deletes nothing and adds no finalizer; it says so in a Warning
+// RecreateRefused and in the status annotation (step Refused, with the
+// apiserver's message), written once: a sync with nothing new writes nothing.
+func TestRecreateRefusedIsInTheStatus(t *testing.T) {
+	objects := withDesire(cluster(1, appsv1.ParallelPodManagement, "1Gi", "1Gi"), `[{"name":"data","storage":"2Gi"}]`)
+	h := newHarnessWith(t, Options{Recreate: true}, objects...)
+	h.client.PrependReactor("create", "statefulsets", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(stsResource.GroupResource(), "web", errors.New("exceeded quota: sts, requested: count/statefulsets.apps=1"))
+	})
+	for range 2 {
+		_ = h.sync() // a refusal other than Invalid is returned, to be retried with backoff
+		h.catchUp()
+	}
+	st := h.status()
+	if st == nil || st.RecreateStep == nil || st.RecreateStep.Step != status.StepRefused ||
+		!strings.Contains(st.RecreateStep.Message, "exceeded quota") || !strings.Contains(st.RecreateStep.Message, "Nothing was deleted") {
+		t.Fatalf("status %+v, want step Refused with the apiserver's message", st)
+	}
+	writes := len(h.actions("patch", "statefulsets"))
+	_ = h.sync()
+	if n := len(h.actions("patch", "statefulsets")); n != writes {
+		t.Errorf("%d StatefulSet patches after a sync with nothing new, want %d", n, writes)
+	}
+	if s := h.statefulSet(); len(s.Finalizers) != 0 || len(h.actions("delete", "statefulsets")) != 0 || len(h.actions("create", "configmaps")) != 0 {
+		t.Errorf("finalizers %v, %d deletes, %d records: a refused re-create must touch nothing", s.Finalizers,
+			len(h.actions("delete", "statefulsets")), len(h.actions("create", "configmaps")))
+	}
+	if ev := h.events(); !hasEvent(ev, "Warning", EventRecreateRefused, "exceeded quota") {
+		t.Errorf("events %q, want RecreateRefused naming the quota", ev)
 	}
 }

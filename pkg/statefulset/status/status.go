@@ -4,7 +4,9 @@
 // CI/CD job polls (events are best effort), so its shape is part of the
 // product: {"observedGeneration":N,"templates":[{"templateName",
 // "readyReplicas","finishedReconciliationGeneration","infeasibleReplicas",
-// "message"}]} plus "uid", the metadata.uid of the StatefulSet it describes.
+// "message"}]} plus "uid", the metadata.uid of the StatefulSet it describes,
+// and "recreateStep" ({"step","since","message"}) while a re-create is held
+// back, refused or under way, and on the object it created.
 package status
 
 import (
@@ -42,6 +44,10 @@ type VolumeClaimTemplates struct {
 	// one with the desired templates once every replica is ready (its
 	// --recreate), so the resize is not finished before that.
 	Recreate bool `json:"recreate,omitempty"`
+	// RecreateStep is where the re-create of this StatefulSet stands (held
+	// back, refused, deleting) or, once it is done, that this object is the
+	// re-created one; nil when no re-create was made or asked for.
+	RecreateStep *RecreateStep `json:"recreateStep,omitempty"`
 	// Templates has one entry per spec.volumeClaimTemplates entry, in spec order.
 	Templates []Template `json:"templates"`
 }
@@ -65,6 +71,32 @@ type Template struct {
 	// messages), then the replicas whose resize is failing and retried (not
 	// infeasible), then the PVCs whose request is left above the template;
 	// at most three, then "and N more".
+	Message string `json:"message,omitempty"`
+}
+
+// Steps of a re-create as the status reports them (docs/design.md §3.7).
+const (
+	// StepHeldBack: a re-create is due but waits for a rollout to complete.
+	StepHeldBack = "HeldBack"
+	// StepRefused: the create of the replacement would be refused (a server
+	// dry run said so), so nothing was deleted.
+	StepRefused = "Refused"
+	// StepDeleting: the record is stored and the object deleted with orphan
+	// propagation; once the garbage collector has orphaned the pods it is
+	// released and created again from the record.
+	StepDeleting = "Deleting"
+	// StepRecreated: this object is the re-created one.
+	StepRecreated = "Recreated"
+)
+
+// RecreateStep is one step of a re-create, as written on the StatefulSet.
+type RecreateStep struct {
+	// Step is one of the Step* constants.
+	Step string `json:"step"`
+	// Since is when statefulset-resizer first saw the StatefulSet in this
+	// step (RFC 3339, UTC).
+	Since string `json:"since"`
+	// Message says why, and what comes next or what to do.
 	Message string `json:"message,omitempty"`
 }
 
@@ -126,6 +158,9 @@ func (s *VolumeClaimTemplates) Equal(other *VolumeClaimTemplates) bool {
 	}
 	if s.ObservedGeneration != other.ObservedGeneration || s.UID != other.UID || s.Desired != other.Desired ||
 		s.Recreate != other.Recreate || len(s.Templates) != len(other.Templates) {
+		return false
+	}
+	if (s.RecreateStep == nil) != (other.RecreateStep == nil) || (s.RecreateStep != nil && *s.RecreateStep != *other.RecreateStep) {
 		return false
 	}
 	for i := range s.Templates {

@@ -20,6 +20,9 @@ func TestRoundTrip(t *testing.T) {
 		}},
 		"for a desire, re-create to come": {ObservedGeneration: 2, UID: "u", Desired: `[{"name":"data","storage":"2Gi"}]`, Recreate: true,
 			Templates: []Template{{TemplateName: "data", ReadyReplicas: 3, FinishedReconciliationGeneration: 2}}},
+		"re-create under way": {ObservedGeneration: 2, UID: "u", Recreate: true,
+			RecreateStep: &RecreateStep{Step: StepDeleting, Since: "2026-11-29T01:02:03Z", Message: "record csi-resizer-system/x"},
+			Templates:    []Template{{TemplateName: "data", ReadyReplicas: 1}}},
 		"infeasible with message": {ObservedGeneration: 7, Templates: []Template{
 			{TemplateName: "data", ReadyReplicas: 2, InfeasibleReplicas: 1,
 				Message: `data-web-2: OutOfRange: requested "capacity" exceeds maximum`},
@@ -139,6 +142,18 @@ func TestEqualAndTemplate(t *testing.T) {
 	}
 	if c := (&VolumeClaimTemplates{ObservedGeneration: 1, Recreate: true, Templates: a.Templates}); a.Equal(c) {
 		t.Error("documents differing in recreate compare equal")
+	}
+	step := func(name, since string) *VolumeClaimTemplates {
+		return &VolumeClaimTemplates{ObservedGeneration: 1, RecreateStep: &RecreateStep{Step: name, Since: since}, Templates: a.Templates}
+	}
+	if a.Equal(step(StepDeleting, "t1")) || step(StepDeleting, "t1").Equal(a) {
+		t.Error("a document with a re-create step compares equal to one without")
+	}
+	if step(StepDeleting, "t1").Equal(step(StepRecreated, "t1")) || step(StepDeleting, "t1").Equal(step(StepDeleting, "t2")) {
+		t.Error("documents with different re-create steps compare equal")
+	}
+	if !step(StepDeleting, "t1").Equal(step(StepDeleting, "t1")) {
+		t.Error("documents with the same re-create step (distinct pointers) compare unequal")
 	}
 	var none *VolumeClaimTemplates
 	if !none.Equal(nil) || none.Equal(a) || a.Equal(nil) {

@@ -81,6 +81,10 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 		return progress("status annotation cannot be read yet: %v", err)
 	case st == nil:
 		return progress("no %s annotation yet (is statefulset-resizer running?)", status.Annotation)
+	case st.RecreateStep != nil && (st.RecreateStep.Step == status.StepDeleting || st.RecreateStep.Step == status.StepRefused):
+		// The old object's last document (its delete raised the generation),
+		// or a refusal that waits for a change or a retry: the step says more.
+		return progress("re-create step %s since %s: %s", st.RecreateStep.Step, st.RecreateStep.Since, st.RecreateStep.Message)
 	case st.ObservedGeneration != sts.Generation:
 		return progress("status is for generation %d, the StatefulSet is at generation %d", st.ObservedGeneration, sts.Generation)
 	case st.Desired != wanted:
@@ -96,7 +100,11 @@ func Evaluate(sts *appsv1.StatefulSet) Verdict {
 	case len(pending) > 0:
 		return progress("%s", strings.Join(pending, "; "))
 	case hasDesire && st.Recreate:
-		v := progress("waiting for statefulset-resizer to re-create the StatefulSet with the desired templates (a partitioned or OnDelete rollout holds it back until it is complete: see the StatefulSet's RecreateWaiting event)")
+		why := "a partitioned or OnDelete rollout holds it back until it is complete: see the StatefulSet's RecreateWaiting event"
+		if st.RecreateStep != nil && st.RecreateStep.Step == status.StepHeldBack {
+			why = st.RecreateStep.Message + ", since " + st.RecreateStep.Since
+		}
+		v := progress("waiting for statefulset-resizer to re-create the StatefulSet with the desired templates (%s)", why)
 		v.Recreating = true
 		return v
 	}
