@@ -91,21 +91,21 @@ func userDeleteDuringRecreate(t *testing.T, c *Cluster) {
 	}
 	record := recreate.RecordName(s.namespace, "web")
 	framework.Eventually(t, time.Minute, func() (bool, string) {
-		if len(ssrEvents(t, c, s.namespace, controller.EventRecreateCancelled)) == 0 {
-			return false, "no " + controller.EventRecreateCancelled + " event"
-		}
-		_, err := c.Client.CoreV1().ConfigMaps(ssrNamespace).Get(ctx, record, metav1.GetOptions{})
-		if !apierrors.IsNotFound(err) {
-			return false, fmt.Sprintf("record ConfigMap %s/%s still there (%v)", ssrNamespace, record, err)
-		}
 		cur, err := sets.Get(ctx, "web", metav1.GetOptions{})
 		switch {
-		case apierrors.IsNotFound(err):
-			return true, ""
-		case err != nil:
+		case err == nil && cur.UID != old.UID:
+			return false, fmt.Sprintf("StatefulSet web created again (uid %s, was %s; events %s: %q): the user's delete was undone",
+				cur.UID, old.UID, controller.EventRecreated, ssrEvents(t, c, s.namespace, controller.EventRecreated))
+		case err == nil:
+			return false, fmt.Sprintf("StatefulSet web (uid %s) still there: finalizers %v", cur.UID, cur.Finalizers)
+		case !apierrors.IsNotFound(err):
 			return false, err.Error()
 		}
-		return false, fmt.Sprintf("StatefulSet web still there: uid %s, finalizers %v", cur.UID, cur.Finalizers)
+		if len(ssrEvents(t, c, s.namespace, controller.EventRecreateCancelled)) == 0 {
+			return false, "StatefulSet web gone, but no " + controller.EventRecreateCancelled + " event"
+		}
+		_, err = c.Client.CoreV1().ConfigMaps(ssrNamespace).Get(ctx, record, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("record ConfigMap %s/%s still there (%v)", ssrNamespace, record, err)
 	})
 	t.Logf("%s, record deleted and StatefulSet gone %s after the user's delete: %s", controller.EventRecreateCancelled,
 		time.Since(start).Round(100*time.Millisecond), ssrEvents(t, c, s.namespace, controller.EventRecreateCancelled)[0])
