@@ -120,7 +120,7 @@ func userDeleteDuringRecreate(t *testing.T, c *Cluster) {
 		case err != nil:
 			return false, err.Error()
 		case cur.UID == pod.UID:
-			return false, fmt.Sprintf("pod web-0 (uid %s, owners %v, deleting %v): not deleted by the garbage collector", cur.UID, cur.OwnerReferences, cur.DeletionTimestamp != nil)
+			return false, fmt.Sprintf("pod web-0 (uid %s, owners %v, deleting %v): not deleted by the garbage collector (no owner: orphaned)", cur.UID, cur.OwnerReferences, cur.DeletionTimestamp != nil)
 		}
 		return false, fmt.Sprintf("pod web-0 exists again (uid %s, owners %v): the user's delete was undone", cur.UID, cur.OwnerReferences)
 	})
@@ -202,8 +202,9 @@ func stopControllerManager(t *testing.T, c *Cluster) *stoppedControllerManager {
 // command line, namespaces, cgroups and log), recording the new pid in the pids directory. Not
 // SIGCONT: a thawed garbage collector still processes the orphan request it missed while
 // stopped, and orphans the pods while it also deletes them as dependents of the gone object
-// (whichever comes first wins; Kubernetes', not this test's subject); a started one, like a
-// kube-controller-manager that was down, works from the objects as they are.
+// (whichever comes first wins; Kubernetes', not this test's subject: seen here, the pod left
+// running with no owner); a started one, like a kube-controller-manager that was down, works
+// from the objects as they are.
 func (k *stoppedControllerManager) restart(t *testing.T) {
 	t.Helper()
 	if err := syscall.Kill(k.pid, syscall.SIGKILL); err != nil {
