@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/controller"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
@@ -35,8 +37,48 @@ import (
 // object owned, and no StatefulSet comes back. Needs statefulset-resizer installed with its
 // webhook in ssrNamespace.
 func userDeleteDuringRecreate(t *testing.T, c *Cluster) {
-	ctx := context.Background()
 	s := ssrScenario{namespace: "ssr-user-delete", podManagement: "Parallel", replicas: 1}
+	old, pod := runOneReplica(t, c, s)
+	waitWebhookAnswers(t, c, s)
+
+	kcm := stopControllerManager(t, c)
+	start := time.Now()
+	if _, err := c.KubectlWithInput(t, s.manifest("2Gi"), "-n", s.namespace, "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	waitOrphanDelete(t, c, s, old.UID)
+	t.Logf("statefulset-resizer's orphan delete %s after the apply; the garbage collector is stopped", time.Since(start).Round(100*time.Millisecond))
+
+	start = time.Now()
+	if _, err := c.Kubectl(t, "-n", s.namespace, "delete", "statefulset", "web", "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	waitCancelled(t, c, s, old.UID)
+	t.Logf("%s, record deleted and StatefulSet gone %s after the user's delete: %s", controller.EventRecreateCancelled,
+		time.Since(start).Round(100*time.Millisecond), ssrEvents(t, c, s.namespace, controller.EventRecreateCancelled)[0])
+
+	kcm.restart(t)
+	start = time.Now()
+	waitPodDeleted(t, c, s, pod.UID)
+	t.Logf("pod web-0 deleted by the garbage collector %s after kube-controller-manager's restart", time.Since(start).Round(100*time.Millisecond))
+	// The record is gone, so nothing can create web again; whatever did would be here by now.
+	if cur, err := c.Client.AppsV1().StatefulSets(s.namespace).Get(context.Background(), "web", metav1.GetOptions{}); err == nil {
+		t.Errorf("StatefulSet web exists again (uid %s, was %s): the user's delete was undone", cur.UID, old.UID)
+	} else if !apierrors.IsNotFound(err) {
+		t.Error(err)
+	}
+	for _, reason := range []string{controller.EventRecreated, controller.EventRecreateReleased} {
+		if evs := ssrEvents(t, c, s.namespace, reason); len(evs) != 0 {
+			t.Errorf("%s event after the user's delete: %s", reason, evs[0])
+		}
+	}
+}
+
+// runOneReplica creates the scenario's namespace (deleted when the test ends) and StatefulSet
+// web at 1Gi, and returns it and its pod web-0 once running.
+func runOneReplica(t *testing.T, c *Cluster, s ssrScenario) (*appsv1.StatefulSet, *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -49,12 +91,11 @@ func userDeleteDuringRecreate(t *testing.T, c *Cluster) {
 		desc, _ := c.Kubectl(t, "-n", s.namespace, "describe", "pods")
 		t.Fatalf("%v\n%s\n%s", err, out, desc)
 	}
-	sets, pods := c.Client.AppsV1().StatefulSets(s.namespace), c.Client.CoreV1().Pods(s.namespace)
-	old, err := sets.Get(ctx, "web", metav1.GetOptions{})
+	old, err := c.Client.AppsV1().StatefulSets(s.namespace).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod, err := pods.Get(ctx, "web-0", metav1.GetOptions{})
+	pod, err := c.Client.CoreV1().Pods(s.namespace).Get(ctx, "web-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,20 +103,20 @@ func userDeleteDuringRecreate(t *testing.T, c *Cluster) {
 		t.Fatalf("pod web-0: controller %v, want StatefulSet web (uid %s)", owner, old.UID)
 	}
 	t.Logf("StatefulSet %s/web (uid %s): pod web-0 (uid %s) running in %s", s.namespace, old.UID, pod.UID, time.Since(start).Round(time.Second))
-	waitWebhookAnswers(t, c, s)
+	return old, pod
+}
 
-	kcm := stopControllerManager(t, c)
-	start = time.Now()
-	if _, err := c.KubectlWithInput(t, s.manifest("2Gi"), "-n", s.namespace, "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
+// waitOrphanDelete waits for statefulset-resizer's orphan delete of the object uid: deleting,
+// held by both the garbage collector's orphan finalizer and the re-create's, RecreateDeleted.
+func waitOrphanDelete(t *testing.T, c *Cluster, s ssrScenario, uid types.UID) {
+	t.Helper()
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
-		cur, err := sets.Get(ctx, "web", metav1.GetOptions{})
+		cur, err := c.Client.AppsV1().StatefulSets(s.namespace).Get(context.Background(), "web", metav1.GetOptions{})
 		if err != nil {
 			return false, fmt.Sprintf("StatefulSet web: %v", err)
 		}
-		if cur.UID != old.UID {
-			return false, fmt.Sprintf("StatefulSet web: uid %s, want %s", cur.UID, old.UID)
+		if cur.UID != uid {
+			return false, fmt.Sprintf("StatefulSet web: uid %s, want %s", cur.UID, uid)
 		}
 		if cur.DeletionTimestamp == nil || !recreate.HasFinalizer(cur) || !slices.Contains(cur.Finalizers, metav1.FinalizerOrphanDependents) {
 			return false, fmt.Sprintf("StatefulSet web: deletionTimestamp %v, finalizers %v; want statefulset-resizer's orphan delete (%s and %s)",
@@ -83,19 +124,20 @@ func userDeleteDuringRecreate(t *testing.T, c *Cluster) {
 		}
 		return len(ssrEvents(t, c, s.namespace, controller.EventRecreateDeleted)) > 0, "no " + controller.EventRecreateDeleted + " event"
 	})
-	t.Logf("statefulset-resizer's orphan delete %s after the apply; the garbage collector is stopped", time.Since(start).Round(100*time.Millisecond))
+}
 
-	start = time.Now()
-	if _, err := c.Kubectl(t, "-n", s.namespace, "delete", "statefulset", "web", "--wait=false"); err != nil {
-		t.Fatal(err)
-	}
+// waitCancelled waits until the StatefulSet web is gone, with RecreateCancelled and no record,
+// naming the new object when it was created again.
+func waitCancelled(t *testing.T, c *Cluster, s ssrScenario, oldUID types.UID) {
+	t.Helper()
+	ctx := context.Background()
 	record := recreate.RecordName(s.namespace, "web")
 	framework.Eventually(t, time.Minute, func() (bool, string) {
-		cur, err := sets.Get(ctx, "web", metav1.GetOptions{})
+		cur, err := c.Client.AppsV1().StatefulSets(s.namespace).Get(ctx, "web", metav1.GetOptions{})
 		switch {
-		case err == nil && cur.UID != old.UID:
+		case err == nil && cur.UID != oldUID:
 			return false, fmt.Sprintf("StatefulSet web created again (uid %s, was %s; events %s: %q): the user's delete was undone",
-				cur.UID, old.UID, controller.EventRecreated, ssrEvents(t, c, s.namespace, controller.EventRecreated))
+				cur.UID, oldUID, controller.EventRecreated, ssrEvents(t, c, s.namespace, controller.EventRecreated))
 		case err == nil:
 			return false, fmt.Sprintf("StatefulSet web (uid %s) still there: finalizers %v", cur.UID, cur.Finalizers)
 		case !apierrors.IsNotFound(err):
@@ -107,35 +149,24 @@ func userDeleteDuringRecreate(t *testing.T, c *Cluster) {
 		_, err = c.Client.CoreV1().ConfigMaps(ssrNamespace).Get(ctx, record, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("record ConfigMap %s/%s still there (%v)", ssrNamespace, record, err)
 	})
-	t.Logf("%s, record deleted and StatefulSet gone %s after the user's delete: %s", controller.EventRecreateCancelled,
-		time.Since(start).Round(100*time.Millisecond), ssrEvents(t, c, s.namespace, controller.EventRecreateCancelled)[0])
+}
 
-	kcm.restart(t)
-	start = time.Now()
+// waitPodDeleted waits until the pod web-0 of uid is gone (deleted by the garbage collector as
+// a dependent of the deleted StatefulSet) and no other pod of that name took its place.
+func waitPodDeleted(t *testing.T, c *Cluster, s ssrScenario, uid types.UID) {
+	t.Helper()
 	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
-		cur, err := pods.Get(ctx, "web-0", metav1.GetOptions{})
+		cur, err := c.Client.CoreV1().Pods(s.namespace).Get(context.Background(), "web-0", metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			return true, ""
 		case err != nil:
 			return false, err.Error()
-		case cur.UID == pod.UID:
+		case cur.UID == uid:
 			return false, fmt.Sprintf("pod web-0 (uid %s, owners %v, deleting %v): not deleted by the garbage collector (no owner: orphaned)", cur.UID, cur.OwnerReferences, cur.DeletionTimestamp != nil)
 		}
 		return false, fmt.Sprintf("pod web-0 exists again (uid %s, owners %v): the user's delete was undone", cur.UID, cur.OwnerReferences)
 	})
-	t.Logf("pod web-0 deleted by the garbage collector %s after kube-controller-manager's restart", time.Since(start).Round(100*time.Millisecond))
-	// The record is gone, so nothing can create web again; whatever did would be here by now.
-	if cur, err := sets.Get(ctx, "web", metav1.GetOptions{}); err == nil {
-		t.Errorf("StatefulSet web exists again (uid %s, was %s): the user's delete was undone", cur.UID, old.UID)
-	} else if !apierrors.IsNotFound(err) {
-		t.Error(err)
-	}
-	for _, reason := range []string{controller.EventRecreated, controller.EventRecreateReleased} {
-		if evs := ssrEvents(t, c, s.namespace, reason); len(evs) != 0 {
-			t.Errorf("%s event after the user's delete: %s", reason, evs[0])
-		}
-	}
 }
 
 // ssrEvents returns the messages of the events reason on the StatefulSet web of ns.
