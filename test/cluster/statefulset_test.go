@@ -47,6 +47,9 @@ func TestStatefulSetResizer(t *testing.T) {
 	t.Run("Kustomize", func(t *testing.T) {
 		installKustomize(t, c)
 		growStatefulSet(t, c, bin, ssrScenario{namespace: "ssr-kustomize", podManagement: "OrderedReady"})
+		// Issue 31 finding 1, on this install (before its removal): a user's delete during a
+		// re-create is not undone.
+		t.Run("UserDeleteDuringRecreate", func(t *testing.T) { userDeleteDuringRecreate(t, c) })
 	})
 	t.Run("Helm", func(t *testing.T) {
 		installHelm(t, c)
@@ -258,6 +261,8 @@ type ssrScenario struct {
 	// optInNamespace labels the namespace instead of the StatefulSet.
 	optInNamespace bool
 	podManagement  string
+	// replicas is the StatefulSet's (ssrReplicas when 0).
+	replicas int
 }
 
 const ssrReplicas = 2
@@ -296,7 +301,14 @@ spec:
       storageClassName: csi-hostpath-sc
       resources:
         requests: {storage: %s}
-`, labels, ssrReplicas, s.podManagement, size)
+`, labels, s.replicaCount(), s.podManagement, size)
+}
+
+func (s ssrScenario) replicaCount() int {
+	if s.replicas == 0 {
+		return ssrReplicas
+	}
+	return s.replicas
 }
 
 // kubectlStderr runs kubectl and returns stdout and stderr (where kubectl prints the webhook's
