@@ -76,3 +76,18 @@ in_node() {
 }
 
 log() { echo "cluster[$CLUSTER_NAME]: $*" >&2; }
+
+# spawn NAME CMD...: starts CMD in the node's namespaces and the cluster's system cgroup, in a
+# session of its own (it outlives this script and the terminal), logging to LOGS/NAME.log
+# (appended: a component a test starts again keeps the log of its first run); its pid in PIDS/NAME.
+spawn() {
+  local name=$1
+  shift
+  (
+    for h in $(cgroup_hierarchies); do
+      echo "$BASHPID" >"$h/$CLUSTER_NAME/system/cgroup.procs"
+    done
+    exec nsenter --net="$NETNS_PATH" --mount="$MNTNS" -- setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null
+  ) &
+  echo $! >"$PIDS/$name"
+}

@@ -129,19 +129,6 @@ for h in $(cgroup_hierarchies); do
   fi
 done
 
-# spawn NAME CMD...: starts CMD in the node's namespaces and the cluster's system cgroup, in a
-# session of its own (it outlives this script and the terminal), logging to LOGS/NAME.log.
-spawn() {
-  local name=$1
-  shift
-  (
-    for h in $(cgroup_hierarchies); do
-      echo "$BASHPID" >"$h/$CLUSTER_NAME/system/cgroup.procs"
-    done
-    exec nsenter --net="$NETNS_PATH" --mount="$MNTNS" -- setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null
-  ) &
-  echo $! >"$PIDS/$name"
-}
 
 # wait_for WHAT SECONDS CMD...: polls CMD until it succeeds; fails naming WHAT.
 wait_for() {

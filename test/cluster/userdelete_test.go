@@ -252,21 +252,22 @@ func (k *stoppedControllerManager) restart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := `source "$1"; shift
-for h in $(cgroup_hierarchies); do echo $$ >"$h/$CLUSTER_NAME/system/cgroup.procs"; done
-exec nsenter --net="$NETNS_PATH" --mount="$MNTNS" -- setsid "$@" >>"$LOGS/kube-controller-manager.log" 2>&1 </dev/null`
-	cmd := exec.Command("bash", append([]string{"-c", script, "bash", filepath.Join(root, "hack", "cluster", "lib.sh")}, k.cmdline...)...)
+	// up.sh's own spawn (hack/cluster/lib.sh), which writes the new pid in the pids directory.
+	cmd := exec.Command("bash", append([]string{"-c", `source "$1"; shift; spawn kube-controller-manager "$@"`, "bash",
+		filepath.Join(root, "hack", "cluster", "lib.sh")}, k.cmdline...)...)
 	cmd.Env = k.c.opts.env()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start kube-controller-manager again: %v", err)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("start kube-controller-manager again: %v\n%s", err, out)
 	}
-	go cmd.Wait() //nolint:errcheck // reaps it when down.sh kills it
-	pid := cmd.Process.Pid
-	if err := os.WriteFile(filepath.Join(k.c.Dir, "pids", "kube-controller-manager"), []byte(fmt.Sprintf("%d\n", pid)), 0o644); err != nil {
-		t.Error(err)
-	}
+	var pid int
 	framework.Eventually(t, 10*time.Second, func() (bool, string) {
-		err := checkExe(pid, "kube-controller-manager")
+		b, err := os.ReadFile(filepath.Join(k.c.Dir, "pids", "kube-controller-manager"))
+		if err == nil {
+			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if err == nil {
+			err = checkExe(pid, "kube-controller-manager")
+		}
 		return err == nil, fmt.Sprint(err)
 	})
 	t.Logf("kube-controller-manager killed (pid %d) and started again (pid %d)", k.pid, pid)
