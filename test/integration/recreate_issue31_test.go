@@ -388,7 +388,10 @@ func (s *stsEnv) watchRecords(t *testing.T, namespace string) func() []string {
 // covered by the unit tests. Here: the longest name the apiserver accepts is re-created (no
 // RecreateRefused, no finalizer left); and a normal re-create tells each step (Recreating,
 // RecreateDeleted, RecreateReleased, Recreated) and never RecreateWaiting (its own orphan delete
-// raises the generation, which the StatefulSet controller never observes).
+// raises the generation, which the StatefulSet controller never observes). With the garbage
+// collector this quick no sync sees the terminating object, so the old code passes the last check
+// here too; TestRecreateAtOnceKeepsEditsMadeWhileTerminating (the unit test, whose garbage
+// collector waits) is the one that fails on it.
 func TestRecreateLongestNameAndStepEvents(t *testing.T) {
 	s := startSTSEnv(t)
 	s.StartStatefulSetResizer(t, s.ssrKubeconfig)

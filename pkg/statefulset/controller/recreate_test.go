@@ -86,6 +86,7 @@ func (d *deletions) delete(action clienttesting.Action) (bool, runtime.Object, e
 	}
 	now := metav1.Now()
 	cur.DeletionTimestamp = &now
+	cur.Generation++ // as the apiserver does when it sets deletionTimestamp; the StatefulSet controller never observes it
 	obj, err := d.write(cur)
 	return true, obj, err
 }
@@ -248,6 +249,9 @@ func TestRecreateAtOnceKeepsEditsMadeWhileTerminating(t *testing.T) {
 	})
 	if !hasEvent(ev, "Normal", EventRecreating, "data=2Gi", recordNS) {
 		t.Errorf("events %q, want Recreating naming the templates and the record", ev)
+	}
+	if hasEvent(ev, "Normal", EventRecreateWaiting) {
+		t.Errorf("events %q: RecreateWaiting after the re-create's own delete raised the generation (issue 31, finding 7)", ev)
 	}
 }
 
