@@ -8,8 +8,8 @@
 #
 # The other images of that deployment do not come from here: csi-resizer is upstream's anchor
 # binary (../shared/anchors/external-resizer), hostpathplugin the anchor hostpathplugin, and
-# node-driver-registrar, livenessprobe and external-health-monitor-controller are stand-ins of
-# this project (test/images/cmd), because the module proxy does not serve those three modules
+# node-driver-registrar, livenessprobe and external-health-monitor-controller the anchors of those
+# names, built from their own source, because the module proxy does not serve those three modules
 # (it answers 403 for github.com/kubernetes-csi/{node-driver-registrar,livenessprobe,
 # external-health-monitor}). hack/cluster/build-images.sh assembles the images.
 #

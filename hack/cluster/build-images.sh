@@ -11,9 +11,9 @@
 #   registry.k8s.io/sig-storage/csi-provisioner:v6.3.0          hack/build-sidecars.sh
 #   registry.k8s.io/sig-storage/csi-attacher:v4.12.0            hack/build-sidecars.sh
 #   registry.k8s.io/sig-storage/csi-snapshotter:v8.6.0          hack/build-sidecars.sh
-#   registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0           stand-in (test/images)
-#   registry.k8s.io/sig-storage/livenessprobe:v2.19.0                       stand-in (test/images)
-#   registry.k8s.io/sig-storage/csi-external-health-monitor-controller:v0.18.0  stand-in (test/images)
+#   registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0           ../shared/anchors/node-driver-registrar
+#   registry.k8s.io/sig-storage/livenessprobe:v2.19.0                       ../shared/anchors/livenessprobe
+#   registry.k8s.io/sig-storage/csi-external-health-monitor-controller:v0.18.0  ../shared/anchors/external-health-monitor-controller
 #   csi-resizer:<VERSION>                            this project, as its Dockerfile builds it
 #
 # The names and tags are those of csi-driver-host-path's kubernetes-1.34 manifests; the script
@@ -25,7 +25,8 @@
 # (the product's last; its tag is in the file `tag` next to it). --product: only the product's;
 # --minimal: pause, busybox and the product's (no csi-driver-host-path, no sidecars).
 # Environment: VERSION (default: git describe, as the Makefile), HOSTPATH_PLUGIN, UPSTREAM_RESIZER,
-# HOSTPATH_DEPLOY (default: the anchors next to the checkout).
+# REGISTRAR, LIVENESSPROBE, HEALTH_MONITOR (the real kubernetes-csi sidecars, built from their own
+# source), HOSTPATH_DEPLOY (default: the anchors next to the checkout).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -35,6 +36,9 @@ source "$root/hack/cluster/cache.sh"
 anchors="$root/../shared/anchors"
 HOSTPATH_PLUGIN=${HOSTPATH_PLUGIN:-$anchors/hostpathplugin}
 UPSTREAM_RESIZER=${UPSTREAM_RESIZER:-$anchors/external-resizer}
+REGISTRAR=${REGISTRAR:-$anchors/node-driver-registrar}
+LIVENESSPROBE=${LIVENESSPROBE:-$anchors/livenessprobe}
+HEALTH_MONITOR=${HEALTH_MONITOR:-$anchors/external-health-monitor-controller}
 HOSTPATH_DEPLOY=${HOSTPATH_DEPLOY:-$anchors/csi-driver-host-path-deploy}
 VERSION=${VERSION:-$(cd "$root" && git describe --tags --always --dirty 2>/dev/null || echo dev)}
 
@@ -57,8 +61,8 @@ case "${1:-}" in
 "") ;;
 *) echo "usage: $0 [--product|--minimal]" >&2; exit 2 ;;
 esac
-$product_only || $minimal || for f in "$HOSTPATH_PLUGIN" "$UPSTREAM_RESIZER"; do
-  [[ -x "$f" ]] || { echo "build-images: $f missing (set HOSTPATH_PLUGIN / UPSTREAM_RESIZER)" >&2; exit 1; }
+$product_only || $minimal || for f in "$HOSTPATH_PLUGIN" "$UPSTREAM_RESIZER" "$REGISTRAR" "$LIVENESSPROBE" "$HEALTH_MONITOR"; do
+  [[ -x "$f" ]] || { echo "build-images: $f missing (set HOSTPATH_PLUGIN, UPSTREAM_RESIZER, REGISTRAR, LIVENESSPROBE, HEALTH_MONITOR)" >&2; exit 1; }
 done
 for f in /bin/busybox /usr/bin/socat /etc/ssl/certs/ca-certificates.crt; do
   [[ -e "$f" ]] || { echo "build-images: $f missing: run hack/cluster/deps.sh" >&2; exit 1; }
@@ -232,10 +236,10 @@ build_hostpath_images() {
     sidecar "$PROVISIONER_IMAGE" csi-provisioner "$sidecars/csi-provisioner" "csi-provisioner (its module, v6.3.0)"
     sidecar "$ATTACHER_IMAGE" csi-attacher "$sidecars/csi-attacher" "csi-attacher (its module, v4.12.0)"
     sidecar "$SNAPSHOTTER_IMAGE" csi-snapshotter "$sidecars/csi-snapshotter" "csi-snapshotter (its module, v8.6.0)"
-    sidecar "$REGISTRAR_IMAGE" csi-node-driver-registrar "$tools/registrar-standin" "stand-in (test/images/cmd/registrar-standin)"
-    sidecar "$LIVENESS_IMAGE" livenessprobe "$tools/livenessprobe-standin" "stand-in (test/images/cmd/livenessprobe-standin)"
-    sidecar "$HEALTH_MONITOR_IMAGE" csi-external-health-monitor-controller "$tools/health-monitor-standin" \
-      "stand-in (test/images/cmd/health-monitor-standin)"
+    sidecar "$REGISTRAR_IMAGE" csi-node-driver-registrar "$REGISTRAR" "node-driver-registrar (anchor binary, built from its source)"
+    sidecar "$LIVENESS_IMAGE" livenessprobe "$LIVENESSPROBE" "livenessprobe (anchor binary, built from its source)"
+    sidecar "$HEALTH_MONITOR_IMAGE" csi-external-health-monitor-controller "$HEALTH_MONITOR" \
+      "external-health-monitor-controller (anchor binary, built from its source)"
   } >&2
   rm -rf "$b"
 }
@@ -243,7 +247,7 @@ hostpath_hash=$(
   {
     hash_inputs "$root/test/images" "${BASH_SOURCE[0]}"
     echo "$sidecars"
-    sha256sum "$HOSTPATH_PLUGIN" "$UPSTREAM_RESIZER" /bin/busybox /usr/bin/socat /etc/ssl/certs/ca-certificates.crt | cut -c1-64
+    sha256sum "$HOSTPATH_PLUGIN" "$UPSTREAM_RESIZER" "$REGISTRAR" "$LIVENESSPROBE" "$HEALTH_MONITOR" /bin/busybox /usr/bin/socat /etc/ssl/certs/ca-certificates.crt | cut -c1-64
     ldd /usr/bin/socat | grep -o '/[^ ]*' | sort -u | xargs -r sha256sum | cut -c1-64
   } | sha256sum | cut -c1-16
 )

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/csi-resizer/csi-resizer/test/framework"
 )
 
 // shared is the cluster of this test binary: started by the first test that needs one (a
@@ -184,5 +188,98 @@ func hostpathPVC(ns, name, size string) *corev1.PersistentVolumeClaim {
 				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
 			},
 		},
+	}
+}
+
+// TestHostpathDriverPod checks that csi-driver-host-path's pod runs the real kubernetes-csi
+// programs its manifests name, built from their own source (../shared/anchors), and that they do
+// their jobs on the real node: every container ready without a restart; the kubelet registered
+// the driver through node-driver-registrar (the CSINode lists it, the registrar logged the
+// kubelet's NotifyRegistrationStatus); livenessprobe answers /healthz from the driver's Probe;
+// external-health-monitor-controller runs as deployed, with leader election (it holds its
+// Lease). The registrar's and the health monitor's --version, run in their containers, are the
+// anchors' own.
+func TestHostpathDriverPod(t *testing.T) {
+	c := clusterFor(t)
+	ctx := context.Background()
+	deployHostpathOnce(t, c)
+
+	var pod *corev1.Pod
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		p, err := c.Client.CoreV1().Pods("default").Get(ctx, "csi-hostpathplugin-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pod = p
+		for _, s := range p.Status.ContainerStatuses {
+			if !s.Ready || s.RestartCount != 0 {
+				return false, fmt.Sprintf("container %s: ready %v, %d restarts", s.Name, s.Ready, s.RestartCount)
+			}
+		}
+		return len(p.Status.ContainerStatuses) > 0, "no container status yet"
+	})
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		node, err := c.Client.StorageV1().CSINodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range node.Spec.Drivers {
+			if d.Name == "hostpath.csi.k8s.io" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("CSINode %s lists no hostpath.csi.k8s.io: %v", node.Name, node.Spec.Drivers)
+	})
+	if logs, err := c.Kubectl(t, "logs", pod.Name, "-c", "node-driver-registrar"); err != nil || !strings.Contains(logs, "Received NotifyRegistrationStatus call") {
+		t.Errorf("node-driver-registrar's log has no NotifyRegistrationStatus from the kubelet (%v):\n%s", err, tail(logs, 20))
+	}
+	if out, err := c.InNode(t, "curl", "-sf", "--max-time", "10", "http://"+pod.Status.PodIP+":9898/healthz"); err != nil || strings.TrimSpace(out) != "ok" {
+		t.Errorf("livenessprobe's /healthz on %s:9898: %q, %v; want ok", pod.Status.PodIP, out, err)
+	}
+	framework.Eventually(t, time.Minute, func() (bool, string) {
+		leases, err := c.Client.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, l := range leases.Items {
+			if strings.HasPrefix(l.Name, "external-health-monitor-leader-") && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == pod.Name {
+				return true, ""
+			}
+		}
+		return false, "no external-health-monitor-leader-* Lease held by " + pod.Name
+	})
+	// container: the anchor it was built from (the image's entrypoint is /<anchor's program>).
+	for container, anchor := range map[string][2]string{
+		"node-driver-registrar":                  {"node-driver-registrar", "/csi-node-driver-registrar"},
+		"csi-external-health-monitor-controller": {"external-health-monitor-controller", "/csi-external-health-monitor-controller"},
+	} {
+		checkVersion(t, c, pod.Name, container, anchor[0], anchor[1])
+	}
+}
+
+// checkVersion compares the --version of a container's program with the anchor binary's (the
+// last word of each: the programs print their path first).
+func checkVersion(t *testing.T, c *Cluster, pod, container, anchor, program string) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := exec.Command(filepath.Join(root, "..", "shared", "anchors", anchor), "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --version: %v\n%s", anchor, err, want)
+	}
+	got, err := c.Kubectl(t, "exec", pod, "-c", container, "--", program, "--version")
+	if err != nil {
+		t.Fatalf("%s --version in container %s: %v\n%s", program, container, err, got)
+	}
+	last := func(s string) string {
+		if f := strings.Fields(s); len(f) > 0 {
+			return f[len(f)-1]
+		}
+		return ""
+	}
+	if last(got) == "" || last(got) != last(string(want)) {
+		t.Errorf("container %s runs %q; the anchor %s is %q", container, strings.TrimSpace(got), anchor, strings.TrimSpace(string(want)))
 	}
 }
