@@ -12,10 +12,12 @@
 #     deployed by hack/cluster/deploy-hostpath.sh, whose resizer is whatever containerd has as
 #     registry.k8s.io/sig-storage/csi-resizer:v2.2.1.
 #
-# Both resizers are packaged the same way, as kubernetes-csi packages its sidecars (a
-# distroless-static equivalent, the binary as entrypoint, root): the run compares the programs.
-# Every image is assembled offline and imported under the names the manifests use; nothing is
-# pulled.
+# "ours" is the product image, built by the Dockerfile's recipe (hack/cluster/build-images.sh,
+# checked by TestProductImageMatchesDockerfile), the one users deploy; "upstream" is the released
+# external-resizer v2.2.1 (the anchor external-resizer-v2.2.1) packaged as kubernetes-csi packages
+# its sidecars (a distroless-static equivalent, the binary as entrypoint, root). Each run asserts
+# that the driver pod's csi-resizer container runs its image, by image ID. Every image is
+# assembled offline and imported under the names the manifests use; nothing is pulled.
 #
 # The verdict (hack/junit-table -check) fails the run on an e2e.test exit status that is not 0, on a
 # spec the focus selects (e2e.test -ginkgo.dry-run, recorded first) that a run did not run and
@@ -31,9 +33,9 @@
 #                                          crk8se2e0); started here and removed at the end
 #   K8S_E2E_REUSE=1       use that cluster if it is running, and leave it running
 #   K8S_E2E_RESIZERS      the runs, in order (default "ours upstream"; upstream is left out
-#                         when its binary is missing; the first is judged). "product" is a
-#                         third: the product image exactly as built (hack/cluster/build-images.sh),
-#                         for the literal drop-in (docs/k8s-e2e.md)
+#                         when its binary is missing; the first is judged)
+#   UPSTREAM_RESIZER      upstream's binary (default the anchor external-resizer-v2.2.1; the
+#                         anchor external-resizer is master after v2.2)
 #   K8S_E2E_FOCUS_MOCK, K8S_E2E_FOCUS_DRIVER  run these -ginkgo.focus regexps instead of the
 #                         suites (mock driver, csi-driver-host-path; "-" or unset: none there)
 #   K8S_E2E_OUT           where the logs and JUnit reports go (default bin/k8s-e2e; the dry run's
@@ -62,7 +64,7 @@ if ! $table_only; then
   # shellcheck source=cluster/require.sh
   source "$root/hack/cluster/require.sh" "k8s-e2e"
 fi
-UPSTREAM_RESIZER=${UPSTREAM_RESIZER:-$root/../shared/anchors/external-resizer}
+UPSTREAM_RESIZER=${UPSTREAM_RESIZER:-$root/../shared/anchors/external-resizer-v2.2.1}
 OUT=${K8S_E2E_OUT:-$root/bin/k8s-e2e}
 DOC=${K8S_E2E_DOC:-$root/docs/k8s-e2e.md}
 resizers=${K8S_E2E_RESIZERS:-ours upstream}
@@ -71,8 +73,8 @@ if [[ " $resizers " == *" upstream "* && ! -x "$UPSTREAM_RESIZER" ]]; then
   resizers=${resizers//upstream/}
 fi
 for r in $resizers; do
-  [[ "$r" == ours || "$r" == upstream || "$r" == product ]] ||
-    { echo "k8s-e2e: K8S_E2E_RESIZERS: unknown run $r (ours, upstream, product)" >&2; exit 2; }
+  [[ "$r" == ours || "$r" == upstream ]] ||
+    { echo "k8s-e2e: K8S_E2E_RESIZERS: unknown run $r (ours: the product image; upstream)" >&2; exit 2; }
 done
 
 sig=registry.k8s.io/sig-storage
@@ -157,12 +159,8 @@ agnhost_dir=$(cached_build images-k8s-e2e "$agnhost_hash" build_agnhost agnhost.
 
 images=("$agnhost_dir/agnhost.tar")
 for r in $resizers; do
-  if [[ $r == product ]]; then
-    continue # imported by up.sh as PRODUCT_IMAGE
-  elif [[ $r == ours ]]; then
-    (cd "$root" && CGO_ENABLED=0 go build -mod=vendor -trimpath -ldflags "-s -w -X main.version=$version" \
-      -o "$tools/ours/csi-resizer" ./cmd/csi-resizer)
-    sidecar_image "$(run_image ours)" "$tools/ours/csi-resizer" "csi-resizer $version (this checkout)" "$tools/ours.tar"
+  if [[ $r == ours ]]; then
+    continue # the product image, imported by up.sh as PRODUCT_IMAGE
   else
     sidecar_image "$(run_image upstream)" "$UPSTREAM_RESIZER" "upstream external-resizer ($UPSTREAM_RESIZER)" "$tools/upstream.tar"
   fi
@@ -276,11 +274,10 @@ cat "$OUT"/expected/*/junit_01.xml | sed -n 's/.*<testcase name="\[It\] \(.*\)" 
 log "k8s-e2e: the focus selects $(wc -l <"$OUT/expected.txt") specs ($OUT/expected.txt)"
 for r in $resizers; do
   log "k8s-e2e: run '$r'"
-  [[ $r != product ]] || alias_image "$PRODUCT_IMAGE" "$(run_image product)"
+  [[ $r != ours ]] || alias_image "$PRODUCT_IMAGE" "$(run_image ours)"
   alias_image "$(run_image "$r")" "$MOCK_RESIZER"
   alias_image "$(run_image "$r")" "$HOSTPATH_RESIZER"
-  # The driver's pod restarts to run the image now under the manifests' name. The product
-  # image as built may never get Ready there (docs/k8s-e2e.md): its run goes on regardless.
+  # The driver's pod restarts to run the image now under the manifests' name.
   old=$(kubectl get pod csi-hostpathplugin-0 -o jsonpath='{.metadata.uid}')
   kubectl delete pod csi-hostpathplugin-0 --wait=true >/dev/null
   for _ in $(seq 60); do
@@ -289,8 +286,8 @@ for r in $resizers; do
     sleep 1
   done
   if ! kubectl wait --for=condition=Ready pod/csi-hostpathplugin-0 --timeout=180s >/dev/null 2>&1; then
-    [[ $r == product ]] || { echo "k8s-e2e: csi-hostpathplugin-0 not Ready with $(run_image "$r")" >&2; exit 1; }
-    log "k8s-e2e: csi-hostpathplugin-0 is not Ready with the product image as built"
+    echo "k8s-e2e: csi-hostpathplugin-0 not Ready with $(run_image "$r")" >&2
+    exit 1
   fi
   running=$(kubectl get pod csi-hostpathplugin-0 -o jsonpath='{.status.containerStatuses[?(@.name=="csi-resizer")].imageID}')
   want=$(image_id "$(run_image "$r")")
@@ -381,9 +378,8 @@ if $table_only || ! $ci; then
     echo "|---|---|---|---|"
     for r in $resizers; do
       case $r in
-      ours) what="csi-resizer $run_version, packaged as kubernetes-csi's sidecars" ;;
-      upstream) what="upstream external-resizer (the anchor $(basename "$UPSTREAM_RESIZER")), packaged the same way" ;;
-      product) what="the product image csi-resizer:$run_version as built (USER 65532)" ;;
+      ours) what="the product image csi-resizer:$run_version, as the Dockerfile's recipe builds it" ;;
+      upstream) what="upstream external-resizer (the anchor $(basename "$UPSTREAM_RESIZER")), packaged as kubernetes-csi packages its sidecars" ;;
       esac
       s=$(cat "$OUT/$r/seconds")
       echo "| $r | $what | $(cat "$OUT/$r/rc") | $((s / 60)) min $((s % 60)) s |"

@@ -7,7 +7,7 @@
 #   registry.k8s.io/pause:3.10.2                     test/images/cmd/pause (containerd 2.4's default sandbox image)
 #   localhost/busybox:1.35.0                         Debian's busybox-static, for test pods
 #   registry.k8s.io/sig-storage/hostpathplugin:v1.17.1          ../shared/anchors/hostpathplugin + busybox + socat
-#   registry.k8s.io/sig-storage/csi-resizer:v2.2.1              ../shared/anchors/external-resizer (upstream)
+#   registry.k8s.io/sig-storage/csi-resizer:v2.2.1              ../shared/anchors/external-resizer-v2.2.1 (upstream, released)
 #   registry.k8s.io/sig-storage/csi-provisioner:v6.3.0          hack/build-sidecars.sh
 #   registry.k8s.io/sig-storage/csi-attacher:v4.12.0            hack/build-sidecars.sh
 #   registry.k8s.io/sig-storage/csi-snapshotter:v8.6.0          hack/build-sidecars.sh
@@ -35,7 +35,7 @@ source "$root/hack/cluster/cache.sh"
 
 anchors="$root/../shared/anchors"
 HOSTPATH_PLUGIN=${HOSTPATH_PLUGIN:-$anchors/hostpathplugin}
-UPSTREAM_RESIZER=${UPSTREAM_RESIZER:-$anchors/external-resizer}
+UPSTREAM_RESIZER=${UPSTREAM_RESIZER:-$anchors/external-resizer-v2.2.1}
 REGISTRAR=${REGISTRAR:-$anchors/node-driver-registrar}
 LIVENESSPROBE=${LIVENESSPROBE:-$anchors/livenessprobe}
 HEALTH_MONITOR=${HEALTH_MONITOR:-$anchors/external-health-monitor-controller}
@@ -232,7 +232,7 @@ build_hostpath_images() {
       "$assemble" --tag "$tag" --out "$out/$file.tar" "${BASE_ENV[@]}" --entrypoint "[\"/$file\"]" \
         "${base_args[@]}" --layer "COPY $what /$file" --file "/$file=$bin,mode=0755"
     }
-    sidecar "$RESIZER_IMAGE" csi-resizer "$UPSTREAM_RESIZER" "upstream external-resizer (anchor binary)"
+    sidecar "$RESIZER_IMAGE" csi-resizer "$UPSTREAM_RESIZER" "upstream external-resizer v2.2.1 (anchor binary)"
     sidecar "$PROVISIONER_IMAGE" csi-provisioner "$sidecars/csi-provisioner" "csi-provisioner (its module, v6.3.0)"
     sidecar "$ATTACHER_IMAGE" csi-attacher "$sidecars/csi-attacher" "csi-attacher (its module, v4.12.0)"
     sidecar "$SNAPSHOTTER_IMAGE" csi-snapshotter "$sidecars/csi-snapshotter" "csi-snapshotter (its module, v8.6.0)"

@@ -66,6 +66,7 @@ func TestDropInSetImage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the swapped csi-resizer container neither became ready nor terminated: %v", err)
 	}
+	c.RequireProductImage(t, "default", hostpathSelector, "csi-resizer")
 
 	socket, _ := c.Kubectl(t, "exec", "csi-hostpathplugin-0", "-c", "hostpath", "--",
 		"stat", "-c", "%A %U(%u) %G(%g)", "/csi/csi.sock")
@@ -176,6 +177,9 @@ func unprivilegedDropIn(t *testing.T, c *Cluster) {
 }
 
 var hostpathDeployed bool
+
+// hostpathSelector selects csi-driver-host-path's pod (its manifests' label).
+const hostpathSelector = "app.kubernetes.io/name=csi-hostpathplugin"
 
 func deployHostpathOnce(t *testing.T, c *Cluster) {
 	t.Helper()

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/csi-resizer/csi-resizer/test/framework"
 )
@@ -282,4 +285,63 @@ func labelPairs(s string) (map[string]string, error) {
 		out[k], s = rest[1:end+1], rest[end+2:]
 	}
 	return out, nil
+}
+
+// ProductImageID is the ID (config digest) containerd holds for the product image: the imageID
+// the kubelet reports for a container that runs it. The product image is imported as
+// csi-resizer:<tag>, which containerd keeps under docker.io/library/.
+func (c *Cluster) ProductImageID(t testing.TB) string {
+	t.Helper()
+	ctr := []string{c.env["CTR"], "--address", c.env["CONTAINERD_SOCK"], "-n", "k8s.io"}
+	for _, name := range []string{c.ProductImage, "docker.io/library/" + c.ProductImage} {
+		out, err := c.InNode(t, append(ctr, "images", "ls", "name=="+name)...)
+		if err != nil {
+			t.Fatalf("ctr images ls name==%s: %v\n%s", name, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) < 2 || len(strings.Fields(lines[1])) < 3 {
+			continue
+		}
+		manifest := strings.Fields(lines[1])[2]
+		body, err := c.InNode(t, append(ctr, "content", "get", manifest)...)
+		if err != nil {
+			t.Fatalf("ctr content get %s: %v\n%s", manifest, err, body)
+		}
+		var m struct {
+			Config struct{ Digest string } `json:"config"`
+		}
+		if err := json.Unmarshal([]byte(body[strings.Index(body, "{"):]), &m); err != nil || m.Config.Digest == "" {
+			t.Fatalf("manifest %s of %s: %v\n%s", manifest, name, err, body)
+		}
+		return m.Config.Digest
+	}
+	t.Fatalf("containerd holds no image %s", c.ProductImage)
+	return ""
+}
+
+// RequireProductImage fails t unless every container named container in the pods of namespace
+// ns matching selector runs the product image, by the imageID the kubelet reports (a name can
+// be re-tagged; the ID is what runs).
+func (c *Cluster) RequireProductImage(t testing.TB, ns, selector, container string) {
+	t.Helper()
+	want := c.ProductImageID(t)
+	pods, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range pods.Items {
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name != container {
+				continue
+			}
+			n++
+			if s.ImageID != want && !strings.HasSuffix(s.ImageID, "@"+want) {
+				t.Errorf("pod %s/%s container %s runs image ID %q (%s), not the product image %s (%s)", ns, p.Name, container, s.ImageID, s.Image, want, c.ProductImage)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no container %s in the pods of %s matching %q", container, ns, selector)
+	}
 }

@@ -119,6 +119,7 @@ func TestOperations(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Logf("setup (upstream resizer removed, 2 replicas of %s running): %s", c.ProductImage, time.Since(begin).Round(time.Second))
+	c.RequireProductImage(t, opsNS, opsSelector, "csi-resizer")
 
 	t.Run("PrometheusRecoveryCounter", func(t *testing.T) { opsPrometheusRecovery(t, c) })
 	t.Run("LeaderElection", func(t *testing.T) { opsLeaderElection(t, c) })

@@ -312,6 +312,7 @@ func useOurResizer(t *testing.T, c *Cluster) {
 	if image != c.ProductImage {
 		t.Fatalf("csi-resizer container runs %q, want %q", image, c.ProductImage)
 	}
+	c.RequireProductImage(t, "default", hostpathSelector, "csi-resizer")
 }
 
 // renderOurResizer renders, with the cluster's kubectl, a kustomization holding the driver's

@@ -214,6 +214,8 @@ func waitStatefulSetResizerReady(t *testing.T, c *Cluster) {
 			t.Fatalf("%s image %q, want this checkout's %q", d, image, c.ProductImage)
 		}
 	}
+	c.RequireProductImage(t, ssrNamespace, "app.kubernetes.io/name=statefulset-resizer", "statefulset-resizer")
+	c.RequireProductImage(t, ssrNamespace, "app.kubernetes.io/name=statefulset-resizer", "statefulset-resizer-webhook")
 	ctx := context.Background()
 	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		mwc, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "statefulset-resizer", metav1.GetOptions{})
