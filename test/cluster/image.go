@@ -298,11 +298,16 @@ func (c *Cluster) ProductImageID(t testing.TB) string {
 		if err != nil {
 			t.Fatalf("ctr images ls name==%s: %v\n%s", name, err, out)
 		}
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if len(lines) < 2 || len(strings.Fields(lines[1])) < 3 {
+		// The row of the image (REF TYPE DIGEST ...); ctr's warnings come first on stderr.
+		var manifest string
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && f[0] == name {
+				manifest = f[2]
+			}
+		}
+		if manifest == "" {
 			continue
 		}
-		manifest := strings.Fields(lines[1])[2]
 		body, err := c.InNode(t, append(ctr, "content", "get", manifest)...)
 		if err != nil {
 			t.Fatalf("ctr content get %s: %v\n%s", manifest, err, body)
