@@ -274,7 +274,11 @@ cat "$OUT"/expected/*/junit_01.xml | sed -n 's/.*<testcase name="\[It\] \(.*\)" 
 log "k8s-e2e: the focus selects $(wc -l <"$OUT/expected.txt") specs ($OUT/expected.txt)"
 for r in $resizers; do
   log "k8s-e2e: run '$r'"
-  [[ $r != ours ]] || alias_image "$PRODUCT_IMAGE" "$(run_image ours)"
+  # containerd keeps a name without a registry (csi-resizer:<tag>) as docker.io/library/<name>.
+  [[ $r != ours ]] || alias_image "$(
+    [[ $PRODUCT_IMAGE == */* ]] || printf docker.io/library/
+    echo "$PRODUCT_IMAGE"
+  )" "$(run_image ours)"
   alias_image "$(run_image "$r")" "$MOCK_RESIZER"
   alias_image "$(run_image "$r")" "$HOSTPATH_RESIZER"
   # The driver's pod restarts to run the image now under the manifests' name.
