@@ -327,23 +327,19 @@ func kubectlStderr(c *Cluster, stdin string, args ...string) (string, string, er
 	return stdout.String(), stderr.String(), err
 }
 
-// growStatefulSet creates the scenario's StatefulSet at 1Gi with running pods, applies it at
-// 2Gi with kubectl, waits with `statefulset-resizer wait`, and checks the result: the
-// StatefulSet re-created with the new template, the PVCs and PVs at 2Gi with
-// statefulset-resizer's annotations, the same pods still running with their data, and the events
-// of each step.
-func growStatefulSet(t *testing.T, c *Cluster, bin string, s ssrScenario) {
+// rollOutScenario creates the scenario's namespace (opted in when the scenario says so; deleted
+// when the test ends), applies StatefulSet web at 1Gi and waits for its rollout; it returns when
+// it started.
+func rollOutScenario(t *testing.T, c *Cluster, s ssrScenario) time.Time {
 	t.Helper()
-	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}}
 	if s.optInNamespace {
 		ns.Labels = map[string]string{ssrOptIn: "enabled"}
 	}
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeScenarioNamespace(t, c, s.namespace) })
-
 	start := time.Now()
 	if _, err := c.KubectlWithInput(t, s.manifest("1Gi"), "-n", s.namespace, "apply", "-f", "-"); err != nil {
 		t.Fatal(err)
@@ -352,6 +348,18 @@ func growStatefulSet(t *testing.T, c *Cluster, bin string, s ssrScenario) {
 		desc, _ := c.Kubectl(t, "-n", s.namespace, "describe", "pods")
 		t.Fatalf("%v\n%s\n%s", err, out, desc)
 	}
+	return start
+}
+
+// growStatefulSet creates the scenario's StatefulSet at 1Gi with running pods, applies it at
+// 2Gi with kubectl, waits with `statefulset-resizer wait`, and checks the result: the
+// StatefulSet re-created with the new template, the PVCs and PVs at 2Gi with
+// statefulset-resizer's annotations, the same pods still running with their data, and the events
+// of each step.
+func growStatefulSet(t *testing.T, c *Cluster, bin string, s ssrScenario) {
+	t.Helper()
+	ctx := context.Background()
+	start := rollOutScenario(t, c, s)
 	podUIDs := map[string]types.UID{}
 	for i := 0; i < ssrReplicas; i++ {
 		pod := fmt.Sprintf("web-%d", i)

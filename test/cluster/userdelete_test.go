@@ -79,18 +79,7 @@ func userDeleteDuringRecreate(t *testing.T, c *Cluster) {
 func runOneReplica(t *testing.T, c *Cluster, s ssrScenario) (*appsv1.StatefulSet, *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { removeScenarioNamespace(t, c, s.namespace) })
-	start := time.Now()
-	if _, err := c.KubectlWithInput(t, s.manifest("1Gi"), "-n", s.namespace, "apply", "-f", "-"); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := c.Kubectl(t, "-n", s.namespace, "rollout", "status", "statefulset/web", "--timeout=3m"); err != nil {
-		desc, _ := c.Kubectl(t, "-n", s.namespace, "describe", "pods")
-		t.Fatalf("%v\n%s\n%s", err, out, desc)
-	}
+	start := rollOutScenario(t, c, s)
 	old, err := c.Client.AppsV1().StatefulSets(s.namespace).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
