@@ -162,8 +162,8 @@ product_hash=$(
   {
     echo "$VERSION"
     git rev-parse HEAD 2>/dev/null || true
-    git status --porcelain -- cmd pkg vendor go.mod go.sum 2>/dev/null || true
-    git diff HEAD -- cmd pkg vendor go.mod go.sum 2>/dev/null || true
+    git status --porcelain -- cmd pkg internal vendor go.mod go.sum 2>/dev/null || true
+    git diff HEAD -- cmd pkg internal vendor go.mod go.sum 2>/dev/null || true
     hash_inputs "${BASH_SOURCE[0]}" "$root/test/images"
   } | sha256sum | cut -c1-16
 )
