@@ -164,3 +164,22 @@ func TestModulePath(t *testing.T) {
 		t.Fatalf("modulePath = %q", got)
 	}
 }
+
+func TestHostpathExpandCalls(t *testing.T) {
+	log := strings.Join([]string{
+		`I1129 04:00:00.000001 1 utils.go:98] GRPC call: /csi.v1.Controller/ControllerExpandVolume`,
+		`I1129 04:00:00.000002 1 utils.go:98] GRPC call: /csi.v1.Controller/ControllerExpandVolume`,
+		`I1129 04:00:00.000003 1 utils.go:99] GRPC request: {"capacity_range":{"required_bytes":2147483648},"volume_id":"a"}`,
+		`I1129 04:00:00.000004 1 utils.go:98] GRPC call: /csi.v1.Node/NodeExpandVolume`,
+		`I1129 04:00:00.000005 1 utils.go:99] GRPC request: {"capacity_range":{"required_bytes":2147483648},"volume_id":"b"}`,
+		`I1129 04:00:00.000006 1 utils.go:99] GRPC request: {"capacity_range":{"required_bytes":2147483648},"volume_id":"c","volume_path":"/p"}`,
+		`I1129 04:00:00.000007 1 utils.go:98] GRPC call: /csi.v1.Controller/CreateVolume`,
+		`I1129 04:00:00.000008 1 utils.go:99] GRPC request: {"capacity_range":{"required_bytes":1073741824},"name":"pvc-1"}`,
+		`I1129 04:00:00.000009 1 utils.go:98] GRPC call: /csi.v1.Controller/ControllerModifyVolume`,
+		`I1129 04:00:00.000010 1 utils.go:99] GRPC request: {"mutable_parameters":{"x":"y"},"volume_id":"d"}`,
+	}, "\n")
+	// a and b are two ControllerExpandVolume calls whose lines interleave; c is a NodeExpandVolume.
+	if got, want := HostpathExpandCalls(log), []string{"a", "b"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("HostpathExpandCalls = %v, want %v", got, want)
+	}
+}

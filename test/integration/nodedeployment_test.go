@@ -4,7 +4,6 @@ package integration
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -97,26 +96,6 @@ func affinityIn(key string, values ...string) *v1.VolumeNodeAffinity {
 	}}}}
 }
 
-// expandCalls returns the volume ids of the ControllerExpandVolume calls in a hostpathplugin
-// -v=5 log ("GRPC call: <method>" then "GRPC request: <json>").
-func expandCalls(log string) []string {
-	volumeID := regexp.MustCompile(`"volume_id":"([^"]+)"`)
-	var ids []string
-	inExpand := false
-	for _, line := range strings.Split(log, "\n") {
-		switch {
-		case strings.Contains(line, "GRPC call:"):
-			inExpand = strings.Contains(line, "ControllerExpandVolume")
-		case inExpand && strings.Contains(line, "GRPC request:"):
-			if m := volumeID.FindStringSubmatch(line); m != nil {
-				ids = append(ids, m[1])
-			}
-			inExpand = false
-		}
-	}
-	return ids
-}
-
 // nodeStepPending: the controller step is done to size and the node's is pending.
 func nodeStepPending(size string) func(*v1.PersistentVolumeClaim) (bool, string) {
 	return func(pvc *v1.PersistentVolumeClaim) (bool, string) {
@@ -167,7 +146,7 @@ func TestNodeDeployment(t *testing.T) {
 	})
 	t.Run("each driver is called for its own volume only", func(t *testing.T) {
 		for _, node := range nodeNames {
-			calls := expandCalls(c.drivers[node].Process.Log())
+			calls := framework.HostpathExpandCalls(c.drivers[node].Process.Log())
 			if len(calls) == 0 {
 				t.Errorf("%s's driver got no ControllerExpandVolume call", node)
 			}
@@ -201,7 +180,7 @@ func TestNodeDeployment(t *testing.T) {
 func testNodeInstanceKilledDuringCall(t *testing.T, c *nodeCluster) {
 	node, claim := "node-2", "data-node-2"
 	driver, resizer := c.drivers[node], c.resizers[node]
-	before := len(expandCalls(driver.Process.Log()))
+	before := len(framework.HostpathExpandCalls(driver.Process.Log()))
 	if err := driver.Process.Freeze(); err != nil {
 		t.Fatal(err)
 	}
@@ -231,14 +210,14 @@ func testNodeInstanceKilledDuringCall(t *testing.T, c *nodeCluster) {
 	c.WaitClaim(t, claim, resizeTimeout, scenario.Done("3Gi"))
 	// The killed instance's call may never reach the thawed driver (its connection is gone);
 	// the restarted instance's does, for the recorded 3Gi, not the lowered request.
-	if calls := expandCalls(driver.Process.Log()); len(calls) <= before {
+	if calls := framework.HostpathExpandCalls(driver.Process.Log()); len(calls) <= before {
 		t.Errorf("node-2's driver got no ControllerExpandVolume call after the freeze")
 	}
 	if !strings.Contains(driver.Process.Log(), fmt.Sprintf(`"required_bytes":%d`, 3*gi)) {
 		t.Errorf("node-2's driver was never asked for 3Gi")
 	}
 	for _, other := range []string{"node-1", "node-3"} {
-		for _, id := range expandCalls(c.drivers[other].Process.Log()) {
+		for _, id := range framework.HostpathExpandCalls(c.drivers[other].Process.Log()) {
 			if id == c.PV(t, c.PVC(t, claim).Spec.VolumeName).Spec.CSI.VolumeHandle {
 				t.Errorf("%s's driver was called for node-2's volume", other)
 			}
