@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -200,17 +201,28 @@ func SanitizeName(name string) string {
 
 var invalidNameChars = regexp.MustCompile("[^a-zA-Z0-9-]")
 
-// Identity is this process's identity on a Lease: the host name plus a random suffix.
+// EnvPodUID names the variable the shipped manifests set to the pod's UID (the downward API's
+// metadata.uid), from which Identity derives its suffix.
+const EnvPodUID = "POD_UID"
+
+// Identity is this process's identity on a Lease: the host name plus 8 hex digits.
 // csi-lib-utils' default, the host name alone, gives two replicas on one host (or a pod name
-// reused by a replacement pod) the same identity, and client-go then lets both lead at once,
-// each renewing "its" Lease.
+// reused by a replacement pod that starts while the old one still runs) the same identity, and
+// client-go then lets both lead at once, each renewing "its" Lease. With POD_UID set the digits
+// are a hash of the pod's UID: a container the kubelet restarts in its pod (after an OOM kill or
+// a crash; the kubelet starts it only once the old process has exited) takes its Lease back at
+// once, as upstream's does, instead of waiting for it to expire, while a replacement pod has
+// another UID. Without POD_UID they are random (docs/design.md, "Leader election and identity").
 func Identity() (string, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		return "", fmt.Errorf("reading the host name for the leader identity: %w", err)
 	}
 	suffix := make([]byte, 4)
-	if _, err := rand.Read(suffix); err != nil {
+	if uid := os.Getenv(EnvPodUID); uid != "" {
+		sum := sha256.Sum256([]byte(uid))
+		copy(suffix, sum[:])
+	} else if _, err := rand.Read(suffix); err != nil {
 		return "", fmt.Errorf("reading randomness for the leader identity: %w", err)
 	}
 	return host + "_" + hex.EncodeToString(suffix), nil

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -265,4 +267,52 @@ func TestSanitizeName(t *testing.T) {
 			t.Errorf("SanitizeName(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// With POD_UID, the identity is the same for every process of one pod (a restarted container
+// takes its Lease back at once) and differs between pods; without it, between processes.
+func TestIdentityFromThePodUID(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvPodUID, "7d3c0e6a-8f1b-4c2a-9e5d-0b1a2c3d4e5f")
+	first, _ := Identity()
+	again, _ := Identity()
+	t.Setenv(EnvPodUID, "0f0e0d0c-0b0a-4908-8706-050403020100")
+	otherPod, _ := Identity()
+	t.Setenv(EnvPodUID, "")
+	random1, _ := Identity()
+	random2, _ := Identity()
+	if first != again {
+		t.Errorf("one pod's UID gave %q, then %q: a restarted container would wait for its own Lease to expire", first, again)
+	}
+	if first == otherPod || random1 == random2 {
+		t.Errorf("two pods (or two processes without POD_UID) share an identity: %q %q, %q %q", first, otherPod, random1, random2)
+	}
+	for _, id := range []string{first, otherPod, random1} {
+		if !regexp.MustCompile(`^` + regexp.QuoteMeta(host) + `_[0-9a-f]{8}$`).MatchString(id) {
+			t.Errorf("identity %q, want %s_ and 8 hex digits", id, host)
+		}
+	}
+}
+
+// A process whose identity holds a Lease that has not expired (its container's previous
+// process, killed) leads at once.
+func TestSameIdentityTakesItsLeaseBack(t *testing.T) {
+	te := newTestElection(t)
+	now := metav1.NewMicroTime(time.Now())
+	mine := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "my-lease"}, Spec: coordinationv1.LeaseSpec{
+		HolderIdentity: ptr.To("host-1234"), LeaseDurationSeconds: ptr.To[int32](3600), AcquireTime: &now, RenewTime: &now}}
+	if _, err := te.client.CoordinationV1().Leases("ns").Create(context.Background(), mine, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan struct{})
+	el := te.elector(t, false, nil)
+	go func() {
+		_ = Run(stop, time.Minute, el, func(ctx context.Context) error { close(started); <-ctx.Done(); return nil })
+	}()
+	within(t, "the controllers start on the Lease the same identity holds", started)
 }
