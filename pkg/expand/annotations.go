@@ -1,6 +1,8 @@
 package expand
 
 import (
+	"encoding/json"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -18,7 +20,46 @@ const (
 	// it, a node that mounts the volume calls NodeExpandVolume even though the PVC's capacity
 	// already reached the size.
 	AnnNodeExpansionNotRequired = "volume.kubernetes.io/node-expansion-not-required"
+	// AnnControllerExpanded is this resizer's own PV annotation: the driver's answer to the
+	// ControllerExpandVolume call that brought the PV to its capacity, written in the same
+	// patch as the capacity. A resizer that finds the PVC still ControllerResizeInProgress at
+	// that size (its predecessor was killed, or lost its Lease, between the PV write and the
+	// PVC's) records the outcome from it instead of calling the driver again (docs/design.md
+	// §2.3 rule 3).
+	AnnControllerExpanded = "csi-resizer.io/controller-expanded"
 )
+
+// Expanded is the value of AnnControllerExpanded.
+type Expanded struct {
+	Capacity              resource.Quantity `json:"capacity"`
+	NodeExpansionRequired bool              `json:"nodeExpansionRequired"`
+}
+
+// ControllerExpanded returns the PV annotation to write together with the capacity the driver
+// answered, as a change for a merge patch.
+func ControllerExpanded(capacity resource.Quantity, nodeRequired bool) map[string]*string {
+	b, _ := json.Marshal(Expanded{Capacity: capacity, NodeExpansionRequired: nodeRequired}) // cannot fail
+	v := string(b)
+	return map[string]*string{AnnControllerExpanded: &v}
+}
+
+// ReadControllerExpanded returns the PV's record of the call that brought it to its capacity;
+// nil when there is none, it does not parse, or it is of another capacity (the PV was changed
+// since, by hand or by another resizer): only a record of the PV's own capacity is trusted.
+func ReadControllerExpanded(pv *v1.PersistentVolume) *Expanded {
+	v, ok := pv.Annotations[AnnControllerExpanded]
+	if !ok {
+		return nil
+	}
+	var e Expanded
+	if err := json.Unmarshal([]byte(v), &e); err != nil {
+		return nil
+	}
+	if c := pv.Spec.Capacity[v1.ResourceStorage]; e.Capacity.Cmp(c) != 0 {
+		return nil
+	}
+	return &e
+}
 
 // PreResizeCapacity returns the PV annotation to write together with the PV's new capacity, as
 // a change for a merge patch: the PVC's status.capacity before the expansion, when the node

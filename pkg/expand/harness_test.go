@@ -119,8 +119,30 @@ func (c *cluster) setPVCapacity(size resource.Quantity) {
 // driverSucceeds is ControllerExpandVolume returning size; the resizer records it.
 func (c *cluster) driverSucceeds(p Plan, size string, nodeExpansionRequired bool) {
 	c.t.Helper()
-	c.setPVCapacity(q(size))
+	c.pvWritten(size, nodeExpansionRequired)
 	c.pvc.Status = ExpandedStatus(c.pvc.Status, p, q(size), nodeExpansionRequired, c.legacy, c.now())
+}
+
+// pvWritten is the resizer's PV write after ControllerExpandVolume returned size: the capacity
+// and the record of the answer, in one patch.
+func (c *cluster) pvWritten(size string, nodeExpansionRequired bool) {
+	c.setPVCapacity(q(size))
+	if c.pv.Annotations == nil {
+		c.pv.Annotations = map[string]string{}
+	}
+	for k, v := range ControllerExpanded(q(size), nodeExpansionRequired) {
+		c.pv.Annotations[k] = *v
+	}
+}
+
+// recordExpanded is the resizer acting on RecordExpanded: no driver call, the recorded answer
+// written to the PVC.
+func (c *cluster) recordExpanded(p Plan) {
+	c.t.Helper()
+	if p.Action != RecordExpanded {
+		c.t.Fatalf("recordExpanded with action %s", p.Action)
+	}
+	c.pvc.Status = ExpandedStatus(c.pvc.Status, p, p.Target, p.NodeRequired, c.legacy, c.now())
 }
 
 // driverFails is ControllerExpandVolume returning err; the resizer records it.
@@ -403,6 +425,17 @@ func checkPlanInvariants(t testing.TB, o Observed, p Plan) {
 	}
 	switch p.Action {
 	case Nothing, ExpandController, ExpandNodeOnly, RedriveNode:
+	case RecordExpanded:
+		// Only a controller driver's expansion in progress to the size whose answer the PV
+		// records, and never a recovery.
+		e := o.Expanded
+		if o.NodeOnly || o.Legacy || o.State != v1.PersistentVolumeClaimControllerResizeInProgress || e == nil ||
+			e.Capacity.Cmp(p.Target) != 0 || o.PVCap.Cmp(p.Target) != 0 || p.NodeRequired != e.NodeExpansionRequired || p.Recovery || p.LowerPV {
+			fail("RecordExpanded without the PV's record of that size (record %+v)", e)
+		}
+		if o.LastError.IsFinal() {
+			fail("RecordExpanded after a final error")
+		}
 	default:
 		fail("unknown action")
 	}

@@ -41,6 +41,9 @@ type Observed struct {
 	// control-plane part is done and the kubelet has the rest. Only the legacy path reads it,
 	// having no allocatedResourceStatuses to say so.
 	FileSystemResizePending bool
+	// Expanded is the PV's record of the driver's answer for its capacity (AnnControllerExpanded,
+	// ReadControllerExpanded), nil when there is none.
+	Expanded *Expanded
 }
 
 // Action is what the controller must do for a PVC.
@@ -56,6 +59,9 @@ const (
 	// RedriveNode: the node failed (NodeResizeInfeasible) after the control plane had already
 	// grown the volume; nothing can be undone, so put the PVC back to NodeResizePending.
 	RedriveNode Action = "RedriveNode"
+	// RecordExpanded: the driver already expanded the volume to Plan.Target and the PV holds its
+	// answer (Observed.Expanded); no CSI call, write the outcome (Plan.NodeRequired) to the PVC.
+	RecordExpanded Action = "RecordExpanded"
 )
 
 // Plan is the decision for one PVC.
@@ -70,6 +76,9 @@ type Plan struct {
 	// drivers, whose PV capacity no backend acted on, and only in a KEP-1790 Case 2 recovery
 	// (see mayLowerPV): otherwise a node-only target never goes below the PV capacity.
 	LowerPV bool
+	// NodeRequired is the driver's recorded answer that RecordExpanded writes: the node has a
+	// step to do.
+	NodeRequired bool
 	// Why says in words which rule chose the target, for logs and events.
 	Why string
 }
@@ -106,7 +115,7 @@ func PlanExpansion(o Observed) Plan {
 		}
 		// In progress, or its outcome is unknown (crash, timeout): the backend may still be
 		// growing the volume to alloc, so alloc is the only safe target (Cases 3, 4, 5).
-		return target(o, allocOr(o, o.Spec), "previous expansion may still be in progress: keeping the allocated size")
+		return recorded(o, target(o, allocOr(o, o.Spec), "previous expansion may still be in progress: keeping the allocated size"))
 
 	case "":
 		if o.Spec.Cmp(o.PVCCap) <= 0 {
@@ -119,6 +128,19 @@ func PlanExpansion(o Observed) Plan {
 		// to have failed: the expansion to alloc may still be going on, so only alloc is safe.
 		return target(o, allocOr(o, o.Spec), fmt.Sprintf("unknown state %q: keeping the allocated size", o.State))
 	}
+}
+
+// recorded turns an expansion to the size whose driver answer the PV already records (the
+// previous resizer stopped between the PV write and the PVC's) into RecordExpanded: the call
+// was made and answered, repeating it only to learn the answer again is a driver call for a
+// size already done.
+func recorded(o Observed, p Plan) Plan {
+	e := o.Expanded
+	if p.Action != ExpandController || e == nil || e.Capacity.Cmp(p.Target) != 0 || o.PVCap.Cmp(p.Target) != 0 {
+		return p
+	}
+	return Plan{Action: RecordExpanded, Target: p.Target, NodeRequired: e.NodeExpansionRequired,
+		Why: "the PV records the driver's answer for the allocated size: recording it without calling again"}
 }
 
 // planLegacy is the behaviour without RecoverVolumeExpansionFailure: always expand to spec, and

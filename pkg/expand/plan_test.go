@@ -149,6 +149,43 @@ func TestKEPUserStories(t *testing.T) {
 		c.wantRequests("end", "100G", "100G") // 10.5G never attempted
 	})
 
+	t.Run("a resizer killed between the PV write and the PVC's: the next records the answer without calling again", func(t *testing.T) {
+		for _, node := range []bool{true, false} {
+			c := newCluster(t, "1Gi", false)
+			c.userRequests("2Gi")
+			p := c.plan()
+			c.start(p)
+			c.pvWritten("2Gi", node) // the driver answered, the PV holds it; then SIGKILL
+			c = c.restart()
+			p2 := c.plan()
+			if p2.Action != RecordExpanded || p2.Target.Cmp(q("2Gi")) != 0 || p2.NodeRequired != node {
+				t.Fatalf("node step %v: after the restart %s %s nodeRequired=%v (%s), want RecordExpanded 2Gi", node, p2.Action, p2.Target.String(), p2.NodeRequired, p2.Why)
+			}
+			c.recordExpanded(p2)
+			if node {
+				c.wantState("recorded", v1.PersistentVolumeClaimNodeResizePending)
+				c.wantCapacities("recorded", "1Gi", "2Gi")
+			} else {
+				c.wantState("recorded", "")
+				c.wantCapacities("recorded", "2Gi", "2Gi")
+			}
+			wantPlan(t, "recorded", c.plan(), Nothing, "", false, false)
+			c.wantRequests("end", "2Gi") // one call
+		}
+	})
+
+	t.Run("a PV record of another size is not trusted: the call is made", func(t *testing.T) {
+		c := newCluster(t, "1Gi", false)
+		c.pvWritten("1Gi", true) // an earlier expansion's record
+		c.userRequests("2Gi")
+		p := c.plan()
+		c.start(p)
+		c = c.restart()
+		wantPlan(t, "restarted before the call returned", c.plan(), ExpandController, "2Gi", false, false)
+		c.pv.Annotations[AnnControllerExpanded] = `{"capacity":"2Gi","nodeExpansionRequired":true}` // by hand, PV still 1Gi
+		wantPlan(t, "a record above the PV capacity", c.plan(), ExpandController, "2Gi", false, false)
+	})
+
 	t.Run("Case 5 rapid expand to 200Gi and shrink to 20Gi while in progress: 100Gi kept", func(t *testing.T) {
 		c := newCluster(t, "10Gi", false)
 		c.userRequests("100Gi")

@@ -26,6 +26,7 @@ func Observe(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, nodeOnly, l
 	}
 	if pv != nil {
 		o.PVCap = pv.Spec.Capacity[v1.ResourceStorage]
+		o.Expanded = ReadControllerExpanded(pv)
 	}
 	if a, ok := pvc.Status.AllocatedResources[v1.ResourceStorage]; ok {
 		o.Alloc = &a

@@ -223,6 +223,8 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, c.redriveNode(ctx, key, pvc, plan)
 	case expand.ExpandNodeOnly:
 		return 0, c.expandNodeOnly(ctx, key, pvc, pv, obs, plan)
+	case expand.RecordExpanded:
+		return 0, c.recordExpanded(ctx, key, pvc, plan)
 	default:
 		return c.expandController(ctx, key, pvc, pv, plan)
 	}

@@ -216,6 +216,35 @@ func TestFailureEventWhenRecordFails(t *testing.T) {
 	}
 }
 
+// TestKilledAfterThePVWrite: the PVC write after a successful call fails (a resizer killed or cut
+// off between the PV write and the PVC's); a new process records the answer the PV holds
+// without calling the driver again.
+func TestKilledAfterThePVWrite(t *testing.T) {
+	pvc, pv := claim("data", "2Gi", "1Gi")
+	f := newFixture(t, Config{}, pvc, pv)
+	f.driver.always = &answer{node: true}
+	failPatch(f, 2, errors.New("connection refused"))
+	if _, err := f.ctrl.sync(f.ctx, ns+"/data"); err == nil {
+		t.Fatal("sync succeeded though the outcome could not be recorded")
+	}
+	f.catchUp()
+	if st := state(f.pvc("data")); st != v1.PersistentVolumeClaimControllerResizeInProgress {
+		t.Fatalf("state %q after the failed write, want ControllerResizeInProgress", st)
+	}
+	f.start(Config{}) // the next leader
+	f.sync("data")
+	if n := f.driver.count(); n != 1 {
+		t.Errorf("%d driver calls, want 1: the PV recorded the answer for 2Gi", n)
+	}
+	got := f.pvc("data")
+	if state(got) != v1.PersistentVolumeClaimNodeResizePending || storage(got.Status.AllocatedResources) != "2Gi" {
+		t.Errorf("state %q allocated %s, want NodeResizePending at 2Gi", state(got), storage(got.Status.AllocatedResources))
+	}
+	if n := f.eventsWith(EventFileSystemRequired); n != 1 {
+		t.Errorf("%d %s events, want 1", n, EventFileSystemRequired)
+	}
+}
+
 // failPatch makes the nth PVC patch fail with err (a reactor of the fake clientset).
 func failPatch(f *fixture, n int, err error) {
 	patches := 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -48,7 +49,9 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	if newSize.Cmp(plan.Target) == 0 {
 		newSize = plan.Target.DeepCopy() // keep the user's notation (e.g. "2Gi")
 	}
-	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, c.preResizeAnnotation(pv, pvc, res.NodeExpansionRequired)); err != nil {
+	annotations := expand.ControllerExpanded(newSize, res.NodeExpansionRequired)
+	maps.Copy(annotations, c.preResizeAnnotation(pv, pvc, res.NodeExpansionRequired))
+	if _, err := c.cfg.Writer.PatchVolume(ctx, pv, newSize, annotations); err != nil {
 		// The volume did grow: the next attempt keeps the allocated size (state is still
 		// ControllerResizeInProgress with no final error) and the driver call is idempotent.
 		return 0, c.unrecorded(key, written, expand.ClassNone, err)
@@ -61,6 +64,21 @@ func (c *Controller) expandController(ctx context.Context, key string, pvc *v1.P
 	}
 	c.expanded(key, pvc, newSize, res.NodeExpansionRequired)
 	return 0, nil
+}
+
+// recordExpanded writes the outcome of an expansion the driver already answered and the PV
+// records (expand.RecordExpanded): a predecessor stopped between the PV write and the PVC's.
+func (c *Controller) recordExpanded(ctx context.Context, key string, pvc *v1.PersistentVolumeClaim, plan expand.Plan) error {
+	klog.FromContext(ctx).V(2).Info("Not calling ControllerExpandVolume: the PV records the driver's answer for this size",
+		"capacity", plan.Target.String(), "nodeExpansionRequired", plan.NodeRequired)
+	now := c.now()
+	if _, err := c.recordOutcome(ctx, key, pvc, expand.ExpandedWrite(plan.NodeRequired), func(st v1.PersistentVolumeClaimStatus) v1.PersistentVolumeClaimStatus {
+		return expand.ExpandedStatus(st, plan, plan.Target, plan.NodeRequired, c.cfg.Legacy, now)
+	}); err != nil {
+		return err
+	}
+	c.expanded(key, pvc, plan.Target, plan.NodeRequired)
+	return nil
 }
 
 // expansionFailed records a failed ControllerExpandVolume (docs/design.md §2.3 rule 6) and says

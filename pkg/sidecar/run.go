@@ -402,7 +402,8 @@ func newClients(config *rest.Config) (kubernetes.Interface, typedcorev1.CoreV1In
 //     and two annotations: storage-resizer (which driver expands a migrated in-tree volume)
 //     and node-expansion-not-required (compared before it is written).
 //   - PV: name, UID, resourceVersion, deletionTimestamp, the pre-resize-capacity annotation
-//     (compared before it is written), the two controller-modify-secret annotations (the
+//     (compared before it is written), the controller-expanded annotation (the driver's
+//     answer the PV records, expand.ReadControllerExpanded), the two controller-modify-secret annotations (the
 //     ControllerModifyVolume secret), spec.capacity, accessModes, claimRef, volumeMode,
 //     mountOptions (the volume capability of ControllerExpandVolume),
 //     volumeAttributesClassName (compared before it is written), and of spec.csi the
@@ -500,7 +501,7 @@ func slimVolume(pv *v1.PersistentVolume, keepAffinity bool) *v1.PersistentVolume
 		},
 		Status: v1.PersistentVolumeStatus{Phase: v1.PersistentVolumePhase(internString(string(pv.Status.Phase)))},
 	}
-	out.Annotations = keepAnnotations(pv.Annotations, expand.AnnPreResizeCapacity, csi.AnnModifySecretName, csi.AnnModifySecretNamespace)
+	out.Annotations = keepAnnotations(pv.Annotations, expand.AnnPreResizeCapacity, expand.AnnControllerExpanded, csi.AnnModifySecretName, csi.AnnModifySecretNamespace)
 	if migration.HasInTreeSource(pv) {
 		out.Spec.PersistentVolumeSource = pv.Spec.PersistentVolumeSource
 		out.Spec.NodeAffinity = pv.Spec.NodeAffinity

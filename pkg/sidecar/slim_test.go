@@ -101,6 +101,7 @@ func fullVolume(name string) *v1.PersistentVolume {
 		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound, Message: "bound"},
 	}
 	pv.Annotations[expand.AnnPreResizeCapacity] = "1Gi"
+	pv.Annotations[expand.AnnControllerExpanded] = `{"capacity":"1Gi","nodeExpansionRequired":true}`
 	pv.Annotations[rcsi.AnnModifySecretName] = "modify"
 	pv.Annotations[rcsi.AnnModifySecretNamespace] = "kube-system"
 	return pv
@@ -161,7 +162,7 @@ func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: pv.Status.Phase},
 	}
-	wantPV.Annotations = map[string]string{expand.AnnPreResizeCapacity: "1Gi", rcsi.AnnModifySecretName: "modify", rcsi.AnnModifySecretNamespace: "kube-system"}
+	wantPV.Annotations = map[string]string{expand.AnnPreResizeCapacity: "1Gi", expand.AnnControllerExpanded: `{"capacity":"1Gi","nodeExpansionRequired":true}`, rcsi.AnnModifySecretName: "modify", rcsi.AnnModifySecretNamespace: "kube-system"}
 	if got := out.(*v1.PersistentVolume); !equality.Semantic.DeepEqual(got, wantPV) {
 		t.Errorf("slim PV:\n got %+v\nwant %+v", got, wantPV)
 	}
@@ -175,6 +176,7 @@ func TestSlimObjectKeepsWhatTheResizerReads(t *testing.T) {
 	// A PV without the annotations gets no annotation map at all, nor a PVC without either.
 	bare := fullVolume("pv-bare")
 	delete(bare.Annotations, expand.AnnPreResizeCapacity)
+	delete(bare.Annotations, expand.AnnControllerExpanded)
 	delete(bare.Annotations, rcsi.AnnModifySecretName)
 	delete(bare.Annotations, rcsi.AnnModifySecretNamespace)
 	out, _ = slimObject(bare)
