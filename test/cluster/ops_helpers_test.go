@@ -227,8 +227,9 @@ func opsGrown(ctx context.Context, c *Cluster, ns string, names []string, size s
 	return n, nil
 }
 
-// opsLeaderPod returns the pod of ns whose process holds the Lease, "" when none does. A holder
-// identity is the pod's host name plus "-" and 8 hex digits (lifecycle.Identity, sanitized).
+// opsLeaderPod returns the pod of ns whose process holds the Lease, "" when none does. Our
+// holder identity is the pod's host name plus "-" and 8 hex digits (lifecycle.Identity,
+// sanitized); upstream's (csi-lib-utils) is the host name alone.
 func opsLeaderPod(ctx context.Context, c *Cluster, ns string, pods []string) (pod, holder string, transitions int32, err error) {
 	lease, err := c.Client.CoordinationV1().Leases(ns).Get(ctx, opsLease, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -244,7 +245,7 @@ func opsLeaderPod(ctx context.Context, c *Cluster, ns string, pods []string) (po
 		transitions = *lease.Spec.LeaseTransitions
 	}
 	for _, p := range pods {
-		if strings.HasPrefix(holder, p+"-") && len(holder) == len(p)+9 {
+		if holder == p || strings.HasPrefix(holder, p+"-") && len(holder) == len(p)+9 {
 			return p, holder, transitions, nil
 		}
 	}

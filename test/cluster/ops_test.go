@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -107,8 +106,9 @@ const (
 // TestOperations runs this project's csi-resizer as an operator would, from the shipped
 // manifests, next to csi-driver-host-path (whose own csi-resizer container is removed meanwhile
 // and restored after): two leader-elected replicas in a Deployment, scraped by a real
-// Prometheus with the README's scrape config, that fail over when the leader's pod is deleted
-// mid-resize; then the node-local DaemonSet with --node-deployment.
+// Prometheus with the README's scrape config, that fail over when the leader's container is
+// killed or its pod cut off from the apiserver mid-resize, with our image and with upstream's
+// (failover_test.go); then the node-local DaemonSet with --node-deployment.
 func TestOperations(t *testing.T) {
 	c := clusterFor(t)
 	deployHostpathOnce(t, c)
@@ -122,7 +122,7 @@ func TestOperations(t *testing.T) {
 	c.RequireProductImage(t, opsNS, opsSelector, "csi-resizer")
 
 	t.Run("PrometheusRecoveryCounter", func(t *testing.T) { opsPrometheusRecovery(t, c) })
-	t.Run("LeaderElection", func(t *testing.T) { opsLeaderElection(t, c) })
+	t.Run("Failover", func(t *testing.T) { opsFailover(t, c) })
 	t.Run("NodeDeployment", func(t *testing.T) { opsNodeDeployment(t, c) })
 }
 
@@ -235,160 +235,6 @@ func opsPrometheusRecovery(t *testing.T, c *Cluster) {
 		time.Since(recoverAt).Round(time.Second), recovered, before, after)
 	if got, err := opsPVSize(ctx, c, opsNS, pvc.Name); err != nil || got.Cmp(resource.MustParse("2Gi")) != 0 {
 		t.Errorf("after the recovery the PV is %s (%v), want 2Gi", got.String(), err)
-	}
-}
-
-// opsLeaderElection: the leader is found from the Lease, 16 PVCs are grown and the leader's
-// pod deleted at once; a ResourceQuota of one pod keeps the ReplicaSet from starting a
-// replacement, so the standby replica alone can take the Lease. It must, and finish those
-// resizes and one more requested after the leader was gone.
-func opsLeaderElection(t *testing.T, c *Cluster) {
-	ctx := context.Background()
-	if _, err := c.Kubectl(t, "-n", opsNS, "scale", opsDeployment, "--replicas=2"); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := c.Kubectl(t, "-n", opsNS, "rollout", "status", opsDeployment, "--timeout=120s"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	leader, pods, transitions := opsWaitLeader(t, c)
-	if len(pods) != 2 {
-		t.Fatalf("want 2 running replicas, have %v", pods)
-	}
-	standby := pods[0]
-	if standby == leader {
-		standby = pods[1]
-	}
-	t.Logf("leader %s, standby %s, lease transitions %d", leader, standby, transitions)
-
-	var names []string
-	var pvcs []*corev1.PersistentVolumeClaim
-	// Enough requests that the leader (--kube-api-qps 5, a few writes per resize) is likely
-	// still working through them when its pod is deleted.
-	const failover = 16
-	for i := 0; i < failover; i++ {
-		names = append(names, fmt.Sprintf("failover-%d", i))
-		pvcs = append(pvcs, hostpathPVC(opsNS, names[i], "1Gi"))
-	}
-	pvcs = append(pvcs, hostpathPVC(opsNS, "after", "1Gi"))
-	t.Cleanup(func() {
-		for _, p := range pvcs {
-			_ = c.Client.CoreV1().PersistentVolumeClaims(opsNS).Delete(ctx, p.Name, metav1.DeleteOptions{})
-		}
-	})
-	opsCreateBound(t, c, pvcs...)
-	opsHoldReplacement(t, c)
-
-	deleted := time.Now()
-	for _, n := range names {
-		if err := opsRequest(ctx, c, opsNS, n, "2Gi"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.Client.CoreV1().Pods(opsNS).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := c.Client.CoreV1().Pods(opsNS).Get(ctx, leader, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
-	if err != nil {
-		t.Fatalf("leader pod %s not gone: %v", leader, err)
-	}
-	var left []string // what the old leader had not grown when it was gone
-	for _, n := range names {
-		got, err := opsPVSize(ctx, c, opsNS, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Cmp(resource.MustParse("2Gi")) != 0 {
-			left = append(left, n)
-		}
-	}
-	t.Logf("leader's pod gone %s after the %d requests and its deletion; it grew %d of them, left %d to the standby",
-		time.Since(deleted).Round(100*time.Millisecond), failover, failover-len(left), len(left))
-	if err := opsRequest(ctx, c, opsNS, "after", "2Gi"); err != nil {
-		t.Fatal(err)
-	}
-	left = append(left, "after")
-
-	var newLeader, holder string
-	var newTransitions int32
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		newLeader, holder, newTransitions, err = opsLeaderPod(ctx, c, opsNS, []string{standby})
-		return newLeader == standby, err
-	})
-	if err != nil {
-		t.Fatalf("the standby %s did not take Lease %s (holder %q): %v", standby, opsLease, holder, err)
-	}
-	t.Logf("standby %s holds the Lease %s after the deletion (transitions %d -> %d)",
-		standby, time.Since(deleted).Round(100*time.Millisecond), transitions, newTransitions)
-	if newTransitions <= transitions {
-		t.Errorf("leaseTransitions %d, want more than %d", newTransitions, transitions)
-	}
-
-	all := append(append([]string{}, names...), "after")
-	var grown int
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		grown, err = opsGrown(ctx, c, opsNS, all, "2Gi")
-		return err == nil && grown == len(all), err
-	})
-	if err != nil {
-		t.Fatalf("%d of %d PVs at 2Gi after the failover: %v\n%s", grown, len(all), err,
-			strings.Join(opsLogLines(t, c, opsNS, standby, "csi-resizer", ""), "\n"))
-	}
-	t.Logf("all %d PVs at 2Gi %s after the leader's deletion", len(all), time.Since(deleted).Round(100*time.Millisecond))
-	// The PVs the old leader had not grown were grown by the standby's own calls.
-	for _, n := range left {
-		if calls := opsLogLines(t, c, opsNS, standby, "csi-resizer", "Calling ControllerExpandVolume", fmt.Sprintf(`pvc="%s/%s"`, opsNS, n)); len(calls) == 0 {
-			t.Errorf("no ControllerExpandVolume call for %s in the new leader's log", n)
-		}
-	}
-	// And none before it led: a standby starts no controller.
-	lines := opsLogLines(t, c, opsNS, standby, "csi-resizer", "")
-	led := -1
-	for i, l := range lines {
-		if led < 0 && strings.Contains(l, "became leader, starting") {
-			led = i
-		}
-		if strings.Contains(l, "Calling ControllerExpandVolume") && led < 0 {
-			t.Errorf("the standby called the driver before it led: %s", l)
-		}
-	}
-	if led < 0 {
-		t.Errorf("the new leader's log has no 'became leader, starting' line")
-	}
-}
-
-// opsHoldReplacement creates a ResourceQuota of one pod in the replicas' namespace (two run
-// already: a quota refuses only new pods), and deletes it at cleanup: the ReplicaSet cannot
-// start a replacement of a deleted replica, whose fresh process would compete for the Lease.
-func opsHoldReplacement(t *testing.T, c *Cluster) {
-	t.Helper()
-	ctx := context.Background()
-	quota := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "one-pod"},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}},
-	}
-	if _, err := c.Client.CoreV1().ResourceQuotas(opsNS).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Client.CoreV1().ResourceQuotas(opsNS).Delete(ctx, quota.Name, metav1.DeleteOptions{}); err != nil {
-			t.Error(err)
-		}
-	})
-	// Admission counts against the quota's status, which the quota controller fills in.
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		q, err := c.Client.CoreV1().ResourceQuotas(opsNS).Get(ctx, quota.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		used := q.Status.Used[corev1.ResourcePods]
-		return used.Value() >= 2, nil
-	})
-	if err != nil {
-		t.Fatalf("ResourceQuota %s/one-pod has no usage: %v", opsNS, err)
 	}
 }
 
