@@ -77,8 +77,10 @@ type results struct {
 	profiles   []HeapProfile
 	// nodeDeployment: BenchmarkNodeDeployment.
 	nodeDeployment []NodeDeploymentRun
-	stsSkipped     string
-	merged         File
+	// realNode: BenchmarkRealNode (make bench-node).
+	realNode   []RealNodeRun
+	stsSkipped string
+	merged     File
 }
 
 var report = &results{start: time.Now(), loadStart: loadAvg()}
@@ -106,7 +108,7 @@ func (r *results) skipStatefulSet(why string)      { r.locked(func() { r.stsSkip
 func (r *results) empty() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.modify)+len(r.profiles)+len(r.nodeDeployment) == 0 && r.stsSkipped == ""
+	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.modify)+len(r.profiles)+len(r.nodeDeployment)+len(r.realNode) == 0 && r.stsSkipped == ""
 }
 
 // finish builds the merged view: this run's sections over those of an existing report in the
@@ -138,6 +140,7 @@ func (r *results) finish() {
 	put("heapProfiles", r.profiles, len(r.profiles))
 	put("modify", r.modify, len(r.modify))
 	put("nodeDeployment", r.nodeDeployment, len(r.nodeDeployment))
+	put("realNode", r.realNode, len(r.realNode))
 	stsN := len(r.sts)
 	if r.stsSkipped != "" {
 		stsN = 1
@@ -274,6 +277,10 @@ func (r *results) summary() []Target {
 	var mod []ModifyRun
 	if _, ok := r.sectionRuns("modify", &mod); ok {
 		s.modifyRows(mod)
+	}
+	var rn []RealNodeRun
+	if _, ok := r.sectionRuns("realNode", &rn); ok {
+		s.realNodeRows(rn)
 	}
 	return s.out
 }
@@ -608,6 +615,11 @@ func (r *results) markdown() string {
 	var nd []NodeDeploymentRun
 	if _, ok := r.sectionRuns("nodeDeployment", &nd); ok {
 		b.WriteString(nodeDeploymentMarkdown(nd))
+	}
+
+	var rn []RealNodeRun
+	if meta, ok := r.sectionRuns("realNode", &rn); ok {
+		b.WriteString(realNodeMarkdown(rn, meta))
 	}
 
 	var sts stsSection
