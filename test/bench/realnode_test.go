@@ -355,22 +355,43 @@ func patchClaims(b *testing.B, c *cluster.Cluster, ns string, claims []string, s
 
 func deleteNamespace(b *testing.B, c *cluster.Cluster, ns string) {
 	ctx := context.Background()
+	pvs, err := c.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	var mine []string
+	for _, pv := range pvs.Items {
+		if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
+			mine = append(mine, pv.Name)
+		}
+	}
 	if err := c.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
 		b.Error(err)
 		return
 	}
-	// The next image's run starts with no claim of this one left (its resizer caches only its
-	// own), and the driver's pod is not restarted while volumes are being removed.
+	// The next image's run starts with nothing of this one left: no claim in its resizer's
+	// caches, and no volume still mounted on the node (the kubelet would unpublish it from the
+	// next run's driver pod, in the next run's window). The attach/detach controller deletes a
+	// volume's VolumeAttachment only once the node has unmounted it.
 	waitFor(b, 10*time.Minute, func() (bool, string) {
 		_, err := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-		pvs, _ := c.Client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 		left := 0
-		for _, pv := range pvs.Items {
-			if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
+		for _, name := range mine {
+			if _, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{}); err == nil {
 				left++
 			}
 		}
-		return err != nil && left == 0, fmt.Sprintf("namespace %s still there (%v) or %d of its PVs left", ns, err, left)
+		attached := 0
+		if vas, err := c.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{}); err == nil {
+			for _, va := range vas.Items {
+				if pv := va.Spec.Source.PersistentVolumeName; pv != nil && slices.Contains(mine, *pv) {
+					attached++
+				}
+			}
+		}
+		return err != nil && left == 0 && attached == 0,
+			fmt.Sprintf("namespace %s still there (%v), or %d of its %d PVs, or %d of their VolumeAttachments left", ns, err, left, len(mine), attached)
 	})
 }
 
