@@ -110,8 +110,10 @@ func BenchmarkRealNode(b *testing.B) {
 	for _, img := range []struct{ label, image string }{{primary, c.ProductImage}, {upstreamLabel, upstream}} {
 		b.Run(img.label, func(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
-			r := measureRealNode(b, c, img.label, img.image, n)
+			ns := "bench-node-" + img.label
+			r := measureRealNode(b, c, ns, img.label, img.image, n)
 			report.addRealNode(r)
+			deleteNamespace(b, c, ns)
 			b.ReportMetric(r.Successful.P50, "p50-s")
 			b.ReportMetric(float64(r.Resizer.Total)/float64(n), "writes/resize")
 		})
@@ -119,19 +121,17 @@ func BenchmarkRealNode(b *testing.B) {
 }
 
 // measureRealNode runs the resizer image in the driver's pod, makes N mounted PVCs in a
-// namespace of its own, resizes them at once and measures; the namespace is deleted after.
-func measureRealNode(b *testing.B, c *cluster.Cluster, label, image string, n int) RealNodeRun {
+// namespace ns, resizes them at once and measures.
+func measureRealNode(b *testing.B, c *cluster.Cluster, ns, label, image string, n int) RealNodeRun {
 	ctx := context.Background()
 	run := RealNodeRun{Binary: label, Image: image, PVCs: n, Pods: (n + realNodeClaimsPer - 1) / realNodeClaimsPer}
 	setResizerImage(b, c, image)
 	if label == primary {
 		c.RequireProductImage(b, "default", "app.kubernetes.io/name=csi-hostpathplugin", "csi-resizer")
 	}
-	ns := "bench-node-" + label
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	defer deleteNamespace(b, c, ns)
 	claims := makeMountedClaims(b, c, ns, n, run.Pods)
 	warmUp(b, c, ns)
 
@@ -236,7 +236,11 @@ func makeMountedClaims(b *testing.B, c *cluster.Cluster, ns string, n, pods int)
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("mount-%d", p)},
 			Spec: corev1.PodSpec{
-				TerminationGracePeriodSeconds: ptr.To(int64(0)),
+				// Not 0: a pod deleted at once leaves its volumes mounted, its PVCs are
+				// released and the driver deletes the volumes before the kubelet unpublishes
+				// them, which then fails for ever (NotFound). Graceful, the pod object stays
+				// until the kubelet has unmounted them.
+				TerminationGracePeriodSeconds: ptr.To(int64(1)),
 				Containers:                    []corev1.Container{{Name: "sleep", Image: "localhost/busybox:1.35.0", Command: []string{"sleep", "36000"}}},
 			},
 		}
