@@ -29,12 +29,13 @@ import (
 // one-node cluster of hack/cluster (a real kubelet and containerd, docs/cluster.md), once with
 // each image as the csi-resizer container of csi-driver-host-path's pod: this project's product
 // image and the image of the driver's manifests (upstream external-resizer v2.2.1, built from
-// its release source). Per image: the time from each PVC's patch to its
-// FileSystemResizeRequired event (the resizer's step done) and to its
-// FileSystemResizeSuccessful event (the kubelet's node step done); the API writes of the
+// its release source). Per image: the time from each PVC's patch to the controller step done
+// (its status says NodeResizePending), to the resizer's FileSystemResizeRequired event and to
+// the kubelet's FileSystemResizeSuccessful event (the node step done); the API writes of the
 // resizer (its ServiceAccount and user agent) and of the kubelet, from the apiserver's audit
-// log; the driver's CSI calls, from its log; the resizer container's CPU time and peak memory,
-// from its cgroup. It reports; it fails only when a resize does not finish.
+// log, until the resizer has been quiet for resizerQuiet; the driver's CSI calls, from its
+// log; the resizer container's CPU time and peak memory, from its cgroup. It reports; it fails
+// only when a resize does not finish.
 //
 // It runs only with BENCH_NODE=1 (make bench-node): `make bench` and bench-smoke run every
 // benchmark of the package, and this one starts a cluster (root, namespaces, cgroups).
@@ -52,6 +53,7 @@ type RealNodeRun struct {
 	LoadAvg1 string `json:"loadavgEnd"`
 	// Seconds from each PVC's patch to its event; Last is from the first patch to the last
 	// event.
+	Controller Latency `json:"nodeResizePending"`
 	Required   Latency `json:"fileSystemResizeRequired"`
 	Successful Latency `json:"fileSystemResizeSuccessful"`
 	// Resizer, Kubelet: the writes of the resizer and of the kubelet in the window, from the
@@ -64,7 +66,12 @@ type RealNodeRun struct {
 	// Cgroup at the start and end of the window (CPU and memory since the container started).
 	CgroupStart cluster.CgroupUsage `json:"cgroupStart"`
 	CgroupEnd   cluster.CgroupUsage `json:"cgroupEnd"`
-	WindowSec   float64             `json:"windowSeconds"`
+	// WindowSec: from the first patch until every PVC is at the new size; QuietSec: until the
+	// resizer has written nothing for resizerQuiet (writes, CPU and CSI calls are counted up
+	// to then); LastWriteSec: the resizer's last write (events included).
+	WindowSec    float64 `json:"windowSeconds"`
+	QuietSec     float64 `json:"quietSeconds"`
+	LastWriteSec float64 `json:"lastWriteSeconds"`
 }
 
 // Latency is a distribution of per-PVC seconds.
@@ -87,10 +94,18 @@ func (r *results) addRealNode(t RealNodeRun) {
 }
 
 const (
-	hostpathPod       = "csi-hostpathplugin-0"
-	hostpathSet       = "statefulset/csi-hostpathplugin"
-	reasonRequired    = "FileSystemResizeRequired"
-	reasonSuccessful  = "FileSystemResizeSuccessful"
+	hostpathPod      = "csi-hostpathplugin-0"
+	hostpathSet      = "statefulset/csi-hostpathplugin"
+	reasonRequired   = "FileSystemResizeRequired"
+	reasonSuccessful = "FileSystemResizeSuccessful"
+	// nodeResizePending: the key of the time a PVC's status first said the controller step
+	// was done (allocatedResourceStatuses NodeResizePending, or the capacity reached).
+	nodeResizePending = "NodeResizePending"
+	// resizerQuiet: the counting window ends once the resizer has written nothing for this
+	// long after the last PVC is done. Its events may trail its status writes (csi-resizer
+	// gives an event a token only when no status write waits), and at the default 5 QPS a
+	// backlog never leaves such a gap.
+	resizerQuiet      = 10 * time.Second
 	realNodeClaimsPer = 10 // PVCs per pod
 )
 
@@ -142,6 +157,7 @@ func measureRealNode(b *testing.B, c *cluster.Cluster, ns, label, image string, 
 		b.Fatal(err)
 	}
 	events := watchClaimEvents(b, c, ns)
+	watchClaimStatus(b, c, ns, events, resource.MustParse("2Gi"))
 	run.LoadAvg0 = loadAvg()
 	if run.CgroupStart, err = cluster.ProcessCgroupUsage(pid); err != nil {
 		b.Fatalf("cgroup of the resizer container (pid %d): %v", pid, err)
@@ -150,18 +166,23 @@ func measureRealNode(b *testing.B, c *cluster.Cluster, ns, label, image string, 
 	patched := patchClaims(b, c, ns, claims, "2Gi")
 	waitFor(b, 10*time.Minute, func() (bool, string) { return events.all(reasonSuccessful, claims) })
 	waitFor(b, 2*time.Minute, func() (bool, string) { return claimsAt(c, ns, claims, "2Gi") })
-	end := time.Now()
+	done := time.Now()
+	sa := fmt.Sprintf("system:serviceaccount:%s:%s", pod.Namespace, pod.Spec.ServiceAccountName)
+	end, lastWrite := waitResizerQuiet(b, c, sa, start)
 	if run.CgroupEnd, err = cluster.ProcessCgroupUsage(pid); err != nil {
 		b.Fatalf("cgroup of the resizer container (pid %d) at the end: %v (did it restart?)", pid, err)
 	}
 	run.LoadAvg1 = loadAvg()
-	run.WindowSec = round(end.Sub(start).Seconds(), 2)
+	run.WindowSec = round(done.Sub(start).Seconds(), 2)
+	run.QuietSec = round(end.Sub(start).Seconds(), 2)
+	run.LastWriteSec = round(lastWrite.Sub(start).Seconds(), 2)
 	if _, after := resizerContainer(b, c); after.ContainerID != ctr.ContainerID || after.RestartCount != ctr.RestartCount {
 		b.Fatalf("the resizer container restarted during the window (%s, %d restarts → %s, %d)", ctr.ContainerID, ctr.RestartCount, after.ContainerID, after.RestartCount)
 	}
+	run.Controller = events.latency(nodeResizePending, claims, patched, start)
 	run.Required = events.latency(reasonRequired, claims, patched, start)
 	run.Successful = events.latency(reasonSuccessful, claims, patched, start)
-	run.Resizer, run.Kubelet, run.Sidecars = countWrites(b, c, pod, start, end)
+	run.Resizer, run.Kubelet, run.Sidecars = countWrites(b, c, sa, start, end)
 	run.CSICalls = driverCalls(b, c, start, end)
 	return run
 }
@@ -439,6 +460,42 @@ func watchClaimEvents(b *testing.B, c *cluster.Cluster, ns string) *claimEvents 
 	return e
 }
 
+// watchClaimStatus records in e, under nodeResizePending, when each PVC of ns first showed
+// its controller step done: allocatedResourceStatuses NodeResizePending (the node step
+// remains), or its capacity at size already.
+func watchClaimStatus(b *testing.B, c *cluster.Cluster, ns string, e *claimEvents, size resource.Quantity) {
+	lw := cache.NewListWatchFromClient(c.Client.CoreV1().RESTClient(), "persistentvolumeclaims", ns, fields.Everything())
+	record := func(obj any) {
+		pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+		if !ok {
+			return
+		}
+		capacity := pvc.Status.Capacity[corev1.ResourceStorage]
+		if pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] != corev1.PersistentVolumeClaimNodeResizePending && capacity.Cmp(size) < 0 {
+			return
+		}
+		now := time.Now()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.seen[nodeResizePending] == nil {
+			e.seen[nodeResizePending] = map[string]time.Time{}
+		}
+		if _, ok := e.seen[nodeResizePending][pvc.Name]; !ok {
+			e.seen[nodeResizePending][pvc.Name] = now
+		}
+	}
+	inf := cache.NewSharedIndexInformer(lw, &corev1.PersistentVolumeClaim{}, 0, cache.Indexers{})
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }}); err != nil {
+		b.Fatal(err)
+	}
+	stop := make(chan struct{})
+	b.Cleanup(func() { close(stop) })
+	go inf.Run(stop)
+	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
+		b.Fatal("the PVC informer did not sync")
+	}
+}
+
 func (e *claimEvents) all(reason string, claims []string) (bool, string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -480,8 +537,7 @@ func (e *claimEvents) latency(reason string, claims []string, patched map[string
 // other containers' of the pod (same ServiceAccount) and the kubelet's (system:node:<node>).
 // It first waits until the log has an entry received after to, so that none of the window is
 // still unwritten.
-func countWrites(b *testing.B, c *cluster.Cluster, pod *corev1.Pod, from, to time.Time) (resizer, kubelet, sidecars auditWrites) {
-	sa := fmt.Sprintf("system:serviceaccount:%s:%s", pod.Namespace, pod.Spec.ServiceAccountName)
+func countWrites(b *testing.B, c *cluster.Cluster, sa string, from, to time.Time) (resizer, kubelet, sidecars auditWrites) {
 	node := "system:node:" + c.NodeName
 	path := c.LogPath("audit")
 	waitFor(b, time.Minute, func() (bool, string) {
@@ -499,12 +555,13 @@ func countWrites(b *testing.B, c *cluster.Cluster, pod *corev1.Pod, from, to tim
 			return
 		}
 		switch {
-		case ev.User.Username == sa && strings.HasPrefix(ev.UserAgent, "csi-resizer"):
-			resizer.add(ev)
+		case isResizer(ev, sa):
+			resizer.add(ev, "")
 		case ev.User.Username == sa:
-			sidecars.add(ev)
+			program, _, _ := strings.Cut(ev.UserAgent, "/")
+			sidecars.add(ev, program+": ")
 		case ev.User.Username == node:
-			kubelet.add(ev)
+			kubelet.add(ev, "")
 		}
 	})
 	if err != nil {
@@ -515,8 +572,34 @@ func countWrites(b *testing.B, c *cluster.Cluster, pod *corev1.Pod, from, to tim
 
 func newWrites() auditWrites { return auditWrites{ByTarget: map[string]int{}} }
 
-func (w *auditWrites) add(ev auditEvent) {
-	what := ev.Verb
+func isResizer(ev auditEvent, sa string) bool {
+	return ev.User.Username == sa && strings.HasPrefix(ev.UserAgent, "csi-resizer")
+}
+
+// waitResizerQuiet waits until the resizer (the ServiceAccount sa with user agent
+// csi-resizer) has written nothing for resizerQuiet, and returns then and its last write since
+// from.
+func waitResizerQuiet(b *testing.B, c *cluster.Cluster, sa string, from time.Time) (end, last time.Time) {
+	path := c.LogPath("audit")
+	last = from
+	quiet := pollUntil(5*time.Minute, time.Second, func() bool {
+		if err := scanAudit(path, func(ev auditEvent) {
+			if isResizer(ev, sa) && ev.Received.After(last) {
+				last = ev.Received
+			}
+		}); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(last) >= resizerQuiet
+	})
+	if !quiet {
+		b.Fatalf("the resizer kept writing for 5 minutes after the last PVC was done (last write %s)", last.Format(time.RFC3339Nano))
+	}
+	return time.Now(), last
+}
+
+func (w *auditWrites) add(ev auditEvent, prefix string) {
+	what := prefix + ev.Verb
 	if r := ev.ObjectRef; r != nil {
 		what += " " + r.Resource
 		if r.APIGroup != "" {
@@ -586,8 +669,8 @@ func realNodeMarkdown(runs []RealNodeRun, meta Meta) string {
 	var b strings.Builder
 	b.WriteString("\n### On the real node\n\n")
 	b.WriteString("`make bench-node` (test/bench/realnode_test.go): the one-node cluster of hack/cluster (real kubelet v1.36.3, containerd 2, docs/cluster.md), csi-driver-host-path deployed by its own kubernetes-1.34 manifests, and its pod's csi-resizer container set to each image in turn (`kubectl set image`, a fresh pod each). Per image, in a namespace of its own: N PVCs of 1Gi, bound and mounted by running pods (10 per pod), one unmounted PVC resized first as a warm-up, then all N patched to 2Gi at once (16 requests in flight). ")
-	b.WriteString("Latencies are per PVC, from its patch to the moment the benchmark's watch saw the event (FileSystemResizeRequired: the resizer's controller step done; FileSystemResizeSuccessful: the kubelet's node step done, whose syncFrequency is 10 s here); \"last\" is from the first patch to the last event. ")
-	b.WriteString("Writes are from the apiserver's audit log (write verbs, Metadata level): the resizer's are those of the pod's ServiceAccount with user agent csi-resizer, the kubelet's those of system:node:<node>, in the window from the first patch until every PVC is at 2Gi with no resize in progress. CSI calls are from the driver's log (`GRPC call:` lines in the window; the driver serves every sidecar and the kubelet). CPU and memory are the resizer container's cgroup (cgroup v1 on this machine: `cpuacct.usage`, `memory.max_usage_in_bytes`, which counts page cache too); the peak is over the container's life, start-up and the warm-up included.\n\n")
+	b.WriteString("Latencies are per PVC, from its patch to the moment the benchmark's watches saw it: the controller step done (the PVC's `allocatedResourceStatuses` NodeResizePending, written by the resizer), the resizer's FileSystemResizeRequired event, and the kubelet's FileSystemResizeSuccessful event (the node step done; the kubelet's syncFrequency is 10 s here); \"last\" is from the first patch to the last one. ")
+	b.WriteString("Writes are from the apiserver's audit log (write verbs, Metadata level): the resizer's are those of the pod's ServiceAccount with user agent csi-resizer, the kubelet's those of system:node:<node>. They, the CSI calls and the CPU time are counted from the first patch until every PVC is at 2Gi with no resize in progress and then the resizer has written nothing for 10 s (its events may trail its status writes). CSI calls are from the driver's log (`GRPC call:` lines; the driver serves every sidecar and the kubelet). CPU and memory are the resizer container's cgroup (cgroup v1 on this machine: `cpuacct.usage`, `memory.max_usage_in_bytes`, which counts page cache too); the peak is over the container's life, start-up and the warm-up included.\n\n")
 	byBin := map[string]RealNodeRun{}
 	for _, r := range runs {
 		byBin[r.Binary] = r
@@ -608,7 +691,8 @@ func realNodeMarkdown(runs []RealNodeRun, meta Meta) string {
 	perN := func(v int, r RealNodeRun) string { return fmt.Sprintf("%.2f", float64(v)/float64(r.PVCs)) }
 	lat := func(l Latency) string { return fmt.Sprintf("%.1f s / %.1f s / %.1f s", l.P50, l.P95, l.Last) }
 	row("PVCs resized (pods mounting them)", func(r RealNodeRun) string { return fmt.Sprintf("%d (%d)", r.PVCs, r.Pods) })
-	row("patch → FileSystemResizeRequired (resizer done): p50 / p95 / last", func(r RealNodeRun) string { return lat(r.Required) })
+	row("patch → controller step done (NodeResizePending): p50 / p95 / last", func(r RealNodeRun) string { return lat(r.Controller) })
+	row("patch → the resizer's FileSystemResizeRequired event: p50 / p95 / last", func(r RealNodeRun) string { return lat(r.Required) })
 	row("patch → FileSystemResizeSuccessful (node done): p50 / p95 / last", func(r RealNodeRun) string { return lat(r.Successful) })
 	row("resizer API writes per resize (all)", func(r RealNodeRun) string { return perN(r.Resizer.Total, r) })
 	row("… of which events", func(r RealNodeRun) string { return perN(r.Resizer.Events, r) })
@@ -623,7 +707,7 @@ func realNodeMarkdown(runs []RealNodeRun, meta Meta) string {
 	row("resizer peak memory (cgroup) / at the end", func(r RealNodeRun) string {
 		return fmt.Sprintf("%.1f MiB / %.1f MiB", mib(r.CgroupEnd.MemoryPeakBytes), mib(r.CgroupEnd.MemoryBytes))
 	})
-	row("window (first patch → all at 2Gi)", func(r RealNodeRun) string { return fmt.Sprintf("%.1f s", r.WindowSec) })
+	row("first patch → all at 2Gi / the resizer's last write", func(r RealNodeRun) string { return fmt.Sprintf("%.1f s / %.1f s", r.WindowSec, r.LastWriteSec) })
 	b.WriteString("\n")
 	for _, r := range []RealNodeRun{up, ours} {
 		if r.Binary == "" {

@@ -26,6 +26,9 @@ type Meta struct {
 	Smoke        bool   `json:"smoke"`
 	LoadAvgStart string `json:"loadavgStart"`
 	LoadAvgEnd   string `json:"loadavgEnd"`
+	// Machine is set when the section was measured on another machine than the report's
+	// (File.Machine, that of the sections already there).
+	Machine *Machine `json:"machine,omitempty"`
 }
 
 // Machine describes the host.
@@ -126,12 +129,14 @@ func (r *results) finish() {
 		}
 	}
 	meta := Meta{Date: time.Now().UTC().Format(time.RFC3339), Commit: gitDescribe(), Smoke: smoke, LoadAvgStart: r.loadStart, LoadAvgEnd: loadAvg()}
+	var written []string
 	put := func(name string, v any, n int) {
 		if n == 0 {
 			return
 		}
 		raw, _ := json.Marshal(v)
 		f.Sections[name] = Section{Meta: meta, Runs: raw}
+		written = append(written, name)
 	}
 	put("throughput", r.throughput, len(r.throughput))
 	put("infeasible", r.infeasible, len(r.infeasible))
@@ -146,9 +151,29 @@ func (r *results) finish() {
 		stsN = 1
 	}
 	put("statefulset", stsSection{Runs: r.sts, Skipped: r.stsSkipped}, stsN)
-	f.Machine = machine()
+	setMachine(&f, written)
 	r.merged = f
 	r.merged.Summary = r.summary()
+}
+
+// setMachine sets the report's machine to this one, unless sections measured on another
+// machine remain (not rewritten by this run): then the report keeps that machine and the
+// sections written carry this one, so that a partial run does not relabel the others.
+func setMachine(f *File, written []string) {
+	cur := machine()
+	if f.Machine.CPUModel == "" || sameHost(f.Machine, cur) || len(written) == len(f.Sections) {
+		f.Machine = cur
+		return
+	}
+	for _, name := range written {
+		s := f.Sections[name]
+		s.Meta.Machine = &cur
+		f.Sections[name] = s
+	}
+}
+
+func sameHost(a, b Machine) bool {
+	return a.NProc == b.NProc && a.CPUModel == b.CPUModel && a.MemTotal == b.MemTotal && a.Kernel == b.Kernel
 }
 
 type stsSection struct {
@@ -497,6 +522,11 @@ func (r *results) markdown() string {
 	for _, name := range names {
 		s := r.merged.Sections[name]
 		fmt.Fprintf(&b, "| %s | %s | %s | %s → %s | %v |\n", name, s.Meta.Date, s.Meta.Commit, s.Meta.LoadAvgStart, s.Meta.LoadAvgEnd, s.Meta.Smoke)
+	}
+	for _, name := range names {
+		if m := r.merged.Sections[name].Meta.Machine; m != nil {
+			fmt.Fprintf(&b, "\n%s was measured on another machine: %d CPUs (%s), %s RAM, kernel %s, %s.\n", name, m.NProc, m.CPUModel, m.MemTotal, m.Kernel, m.GoVersion)
+		}
 	}
 	b.WriteString("\n### Summary\n\n")
 	b.WriteString(r.table())
