@@ -28,7 +28,7 @@ UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspat
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify verify-mod verify-code vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath test-cluster check clean
+.PHONY: help build test test-fuzz verify verify-mod verify-code vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke bench-node manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath test-cluster check clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -139,6 +139,13 @@ bench-smoke: ## a small run of every benchmark (upstream's side too when UPSTREA
 	bash hack/build-k8s-bins.sh >/dev/null
 	@echo "upstream external-resizer: $(or $(UPSTREAM_RESIZER),not measured (UPSTREAM_RESIZER unset and ../shared/anchors/external-resizer absent))"
 	BENCH_SMOKE=1 UPSTREAM_RESIZER="$(UPSTREAM_RESIZER)" $(GO) test -tags integration -count=1 -timeout 30m -run '^$$' -bench . -benchtime 1x ./test/bench/...
+
+# The real-node benchmark (docs/benchmarks.md, "On the real node"): how many mounted PVCs each
+# image resizes. Root; a one-node cluster of its own (CLUSTER_NAME, CLUSTER_NET, CLUSTER_VETH).
+BENCH_NODE_PVCS ?= 50
+bench-node: ## resize BENCH_NODE_PVCS (50) mounted PVCs on the one-node cluster with the product image and upstream v2.2.1 as csi-driver-host-path's csi-resizer; writes the "On the real node" section of docs/benchmarks.md and docs/benchmarks.json
+	bash hack/build-k8s-bins.sh >/dev/null
+	BENCH_NODE=1 BENCH_NODE_PVCS=$(BENCH_NODE_PVCS) $(GO) test -tags integration -count=1 -timeout 60m -run '^$$' -bench '^BenchmarkRealNode$$' -benchtime 1x ./test/bench/ $(BENCHFLAGS)
 
 manifests-render: ## kustomize-render and check every deploy/ base, without a cluster
 	bash hack/manifests-check.sh

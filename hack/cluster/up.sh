@@ -214,6 +214,20 @@ spawn etcd "$k8s_bin/etcd" --name=node --data-dir=/var/lib/etcd \
   --initial-cluster=node=http://127.0.0.1:2380 --unsafe-no-fsync=true --log-level=warn
 wait_for etcd 60 in_node curl -sf http://127.0.0.1:2379/health
 
+# The audit log records who wrote what (make bench-node counts the resizer's writes per resize
+# by its ServiceAccount, the kubelet's by its node identity): write verbs only, at Metadata level
+# (no bodies), once each when the response is complete, so that it costs little; reads and
+# watches are not logged.
+cat >"$CONF/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+EOF
+
 log "kube-apiserver"
 spawn kube-apiserver "$k8s_bin/kube-apiserver" \
   --etcd-servers=http://127.0.0.1:2379 \
@@ -228,6 +242,8 @@ spawn kube-apiserver "$k8s_bin/kube-apiserver" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
   --service-cluster-ip-range="$SERVICE_CIDR" \
+  --audit-policy-file="$CONF/audit-policy.yaml" --audit-log-path="$LOGS/audit.log" \
+  --audit-log-format=json --audit-log-maxsize=200 --audit-log-maxbackup=1 \
   --profiling=false --shutdown-send-retry-after=true -v=1
 wait_for kube-apiserver 120 "${kubectl[@]}" get --raw /readyz
 

@@ -26,6 +26,9 @@ type Meta struct {
 	Smoke        bool   `json:"smoke"`
 	LoadAvgStart string `json:"loadavgStart"`
 	LoadAvgEnd   string `json:"loadavgEnd"`
+	// Machine is set when the section was measured on another machine than the report's
+	// (File.Machine, that of the sections already there).
+	Machine *Machine `json:"machine,omitempty"`
 }
 
 // Machine describes the host.
@@ -77,8 +80,10 @@ type results struct {
 	profiles   []HeapProfile
 	// nodeDeployment: BenchmarkNodeDeployment.
 	nodeDeployment []NodeDeploymentRun
-	stsSkipped     string
-	merged         File
+	// realNode: BenchmarkRealNode (make bench-node).
+	realNode   []RealNodeRun
+	stsSkipped string
+	merged     File
 }
 
 var report = &results{start: time.Now(), loadStart: loadAvg()}
@@ -106,7 +111,7 @@ func (r *results) skipStatefulSet(why string)      { r.locked(func() { r.stsSkip
 func (r *results) empty() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.modify)+len(r.profiles)+len(r.nodeDeployment) == 0 && r.stsSkipped == ""
+	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.modify)+len(r.profiles)+len(r.nodeDeployment)+len(r.realNode) == 0 && r.stsSkipped == ""
 }
 
 // finish builds the merged view: this run's sections over those of an existing report in the
@@ -124,12 +129,14 @@ func (r *results) finish() {
 		}
 	}
 	meta := Meta{Date: time.Now().UTC().Format(time.RFC3339), Commit: gitDescribe(), Smoke: smoke, LoadAvgStart: r.loadStart, LoadAvgEnd: loadAvg()}
+	var written []string
 	put := func(name string, v any, n int) {
 		if n == 0 {
 			return
 		}
 		raw, _ := json.Marshal(v)
 		f.Sections[name] = Section{Meta: meta, Runs: raw}
+		written = append(written, name)
 	}
 	put("throughput", r.throughput, len(r.throughput))
 	put("infeasible", r.infeasible, len(r.infeasible))
@@ -138,14 +145,35 @@ func (r *results) finish() {
 	put("heapProfiles", r.profiles, len(r.profiles))
 	put("modify", r.modify, len(r.modify))
 	put("nodeDeployment", r.nodeDeployment, len(r.nodeDeployment))
+	put("realNode", r.realNode, len(r.realNode))
 	stsN := len(r.sts)
 	if r.stsSkipped != "" {
 		stsN = 1
 	}
 	put("statefulset", stsSection{Runs: r.sts, Skipped: r.stsSkipped}, stsN)
-	f.Machine = machine()
+	setMachine(&f, written)
 	r.merged = f
 	r.merged.Summary = r.summary()
+}
+
+// setMachine sets the report's machine to this one, unless sections measured on another
+// machine remain (not rewritten by this run): then the report keeps that machine and the
+// sections written carry this one, so that a partial run does not relabel the others.
+func setMachine(f *File, written []string) {
+	cur := machine()
+	if f.Machine.CPUModel == "" || sameHost(f.Machine, cur) || len(written) == len(f.Sections) {
+		f.Machine = cur
+		return
+	}
+	for _, name := range written {
+		s := f.Sections[name]
+		s.Meta.Machine = &cur
+		f.Sections[name] = s
+	}
+}
+
+func sameHost(a, b Machine) bool {
+	return a.NProc == b.NProc && a.CPUModel == b.CPUModel && a.MemTotal == b.MemTotal && a.Kernel == b.Kernel
 }
 
 type stsSection struct {
@@ -274,6 +302,10 @@ func (r *results) summary() []Target {
 	var mod []ModifyRun
 	if _, ok := r.sectionRuns("modify", &mod); ok {
 		s.modifyRows(mod)
+	}
+	var rn []RealNodeRun
+	if _, ok := r.sectionRuns("realNode", &rn); ok {
+		s.realNodeRows(rn)
 	}
 	return s.out
 }
@@ -491,6 +523,11 @@ func (r *results) markdown() string {
 		s := r.merged.Sections[name]
 		fmt.Fprintf(&b, "| %s | %s | %s | %s → %s | %v |\n", name, s.Meta.Date, s.Meta.Commit, s.Meta.LoadAvgStart, s.Meta.LoadAvgEnd, s.Meta.Smoke)
 	}
+	for _, name := range names {
+		if m := r.merged.Sections[name].Meta.Machine; m != nil {
+			fmt.Fprintf(&b, "\n%s was measured on another machine: %d CPUs (%s), %s RAM, kernel %s, %s.\n", name, m.NProc, m.CPUModel, m.MemTotal, m.Kernel, m.GoVersion)
+		}
+	}
 	b.WriteString("\n### Summary\n\n")
 	b.WriteString(r.table())
 
@@ -608,6 +645,11 @@ func (r *results) markdown() string {
 	var nd []NodeDeploymentRun
 	if _, ok := r.sectionRuns("nodeDeployment", &nd); ok {
 		b.WriteString(nodeDeploymentMarkdown(nd))
+	}
+
+	var rn []RealNodeRun
+	if meta, ok := r.sectionRuns("realNode", &rn); ok {
+		b.WriteString(realNodeMarkdown(rn, meta))
 	}
 
 	var sts stsSection
