@@ -212,7 +212,7 @@ const EnvPodUID = "POD_UID"
 // are a hash of the pod's UID: a container the kubelet restarts in its pod (after an OOM kill or
 // a crash; the kubelet starts it only once the old process has exited) takes its Lease back at
 // once, as upstream's does, instead of waiting for it to expire, while a replacement pod has
-// another UID. Without POD_UID they are random (docs/design.md, "Leader election and identity").
+// another UID. Without POD_UID they are random (docs/design.md §2.1, leader election and identity).
 func Identity() (string, error) {
 	host, err := os.Hostname()
 	if err != nil {
