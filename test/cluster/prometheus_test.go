@@ -428,9 +428,16 @@ func promOperator(t *testing.T, c *Cluster, tokenFile string) (config []byte, ru
 			t.Error(err)
 		}
 	})
+	// Not `kubectl wait`: it fails at once on a CRD that has no conditions yet.
 	for _, crd := range []string{"servicemonitors", "prometheusrules", "prometheuses"} {
-		if out, err := c.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/"+crd+".monitoring.coreos.com"); err != nil {
-			t.Fatalf("%v\n%s", err, out)
+		var established string
+		err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			established, _ = c.Kubectl(t, "get", "crd", crd+".monitoring.coreos.com",
+				"-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+			return established == "True", nil
+		})
+		if err != nil {
+			t.Fatalf("CRD %s.monitoring.coreos.com not Established within 1m (%q): %v", crd, established, err)
 		}
 	}
 	promStartOperator(t, c, filepath.Join(dir, "operator"))
