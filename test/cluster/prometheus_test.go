@@ -20,6 +20,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
@@ -565,44 +566,119 @@ func promOperatorOutput(t *testing.T, c *Cluster) (config []byte, rules map[stri
 	return config, rules
 }
 
-// promOperatorPrometheus starts the built prometheus with the configuration the operator
-// generated: as generated, except rule_files, which name the directory the StatefulSet would
-// mount the rules ConfigMap at (/etc/prometheus/rules/prometheus-ops-rulefiles-0): the test
-// writes the ConfigMap's files to a directory of its own and names that. extraRules are loaded
-// too (the test's copy of the alert with a short `for`).
+// promOperatorPrometheus runs what the operator's StatefulSet prometheus-ops would run, with the
+// built binaries and the operator's own output: its init container (init-config-reloader: the
+// built prometheus-config-reloader with the container's arguments and environment, run once)
+// turns the Secret's prometheus.yaml.gz into prometheus.env.yaml, substituting $(POD_NAME) and
+// $(SHARD), and the built prometheus is started with that. The paths under /etc/prometheus
+// become files of the test (the Secret, the rules ConfigMap, the output); rule_files, which name
+// the ConfigMap's mount, name the test's copy of its files. extraRules are loaded too (the
+// test's copy of the alert with a short `for`).
 func promOperatorPrometheus(t *testing.T, c *Cluster, config []byte, rules map[string]string, extraRules ...string) *opsPrometheus {
 	t.Helper()
-	var cfg map[string]any
-	if err := yaml.Unmarshal(config, &cfg); err != nil {
-		t.Fatalf("the operator's configuration: %v\n%s", err, config)
+	dir := t.TempDir()
+	const mount = "/etc/prometheus/rules/prometheus-ops-rulefiles-0"
+	paths := map[string]string{
+		"/etc/prometheus/config/prometheus.yaml.gz":      filepath.Join(dir, "prometheus.yaml.gz"),
+		"/etc/prometheus/config_out/prometheus.env.yaml": filepath.Join(dir, "prometheus.env.yaml"),
+		mount: filepath.Join(dir, "prometheus-ops-rulefiles-0"),
 	}
-	dir := filepath.Join(t.TempDir(), "prometheus-ops-rulefiles-0")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := zw.Write(config); err != nil || zw.Close() != nil {
+		t.Fatalf("gzip: %v", err)
+	}
+	if err := os.WriteFile(paths["/etc/prometheus/config/prometheus.yaml.gz"], gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(paths[mount], 0o755); err != nil {
 		t.Fatal(err)
 	}
 	names := make([]string, 0, len(rules))
 	for name, content := range rules {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(paths[mount], name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	want := "/etc/prometheus/rules/prometheus-ops-rulefiles-0/*.yaml"
-	if got := fmt.Sprint(cfg["rule_files"]); got != "["+want+"]" {
-		t.Fatalf("the operator's rule_files are %s, want [%s]: update this test", got, want)
+	promRunInitReloader(t, c, paths)
+	envYAML, err := os.ReadFile(paths["/etc/prometheus/config_out/prometheus.env.yaml"])
+	if err != nil {
+		t.Fatalf("init-config-reloader wrote no configuration: %v", err)
 	}
-	cfg["rule_files"] = append([]string{filepath.Join(dir, "*.yaml")}, extraRules...)
+	var cfg map[string]any
+	if err := yaml.Unmarshal(envYAML, &cfg); err != nil {
+		t.Fatalf("init-config-reloader's configuration: %v\n%s", err, envYAML)
+	}
+	if got, want := fmt.Sprint(cfg["rule_files"]), "["+mount+"/*.yaml]"; got != want {
+		t.Fatalf("the operator's rule_files are %s, want %s: update this test", got, want)
+	}
+	cfg["rule_files"] = append([]string{filepath.Join(paths[mount], "*.yaml")}, extraRules...)
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the operator's configuration (rule files %v from ConfigMap prometheus-ops-rulefiles-0):\n%s", names, out)
+	t.Logf("the operator's configuration, through init-config-reloader (rule files %v from ConfigMap prometheus-ops-rulefiles-0):\n%s", names, out)
 	prom, err := opsStartPrometheus(t, c, 19091, string(out))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return prom
+}
+
+// promRunInitReloader runs the init container init-config-reloader of the operator's
+// StatefulSet prometheus-ops with the built prometheus-config-reloader: the container's
+// arguments with the paths mapped by paths (every /etc/prometheus path must be there) and no
+// metrics listener, and its environment (POD_NAME the first replica's name).
+func promRunInitReloader(t *testing.T, c *Cluster, paths map[string]string) {
+	t.Helper()
+	sts, err := c.Client.AppsV1().StatefulSets(promNS).Get(context.Background(), "prometheus-ops", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the operator's StatefulSet %s/prometheus-ops: %v", promNS, err)
+	}
+	var init *corev1.Container
+	for i := range sts.Spec.Template.Spec.InitContainers {
+		if ic := &sts.Spec.Template.Spec.InitContainers[i]; ic.Name == "init-config-reloader" {
+			init = ic
+		}
+	}
+	if init == nil || len(init.Command) != 1 || init.Command[0] != "/bin/prometheus-config-reloader" {
+		t.Fatalf("StatefulSet %s/prometheus-ops has no init container init-config-reloader running /bin/prometheus-config-reloader: %+v",
+			promNS, sts.Spec.Template.Spec.InitContainers)
+	}
+	var args []string
+	for _, a := range init.Args {
+		if strings.HasPrefix(a, "--listen-address=") {
+			a = "--listen-address="
+		}
+		for from, to := range paths {
+			a = strings.Replace(a, "="+from, "="+to, 1)
+		}
+		if strings.Contains(a, "/etc/prometheus") {
+			t.Fatalf("init-config-reloader argument %q names a mount this test does not provide: update it", a)
+		}
+		args = append(args, a)
+	}
+	env := []string{}
+	for _, e := range init.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env = append(env, e.Name+"="+e.Value)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env = append(env, e.Name+"=prometheus-ops-0")
+		default:
+			t.Fatalf("init-config-reloader's variable %s comes from %+v: update this test", e.Name, e.ValueFrom)
+		}
+	}
+	bin := filepath.Join(promBuild(t, "build-prometheus-operator.sh"), "prometheus-config-reloader")
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("init-config-reloader %v (env %v): %v\n%s", args, env, err, out)
+	}
+	t.Logf("init-config-reloader (built prometheus-config-reloader) %v with %v", args, env)
 }
 
 // promScrapers starts the two ways an SRE scrapes the replicas, each with the shipped alerting
