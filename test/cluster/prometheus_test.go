@@ -406,9 +406,10 @@ func promWaitAlerts(t *testing.T, p *opsPrometheus, pvc string, timeout time.Dur
 // The Prometheus runs with replicas: 0: the operator's StatefulSet would run Prometheus and the
 // config reloader from images (quay.io), which no registry here serves; the test runs the built
 // prometheus with the operator's configuration instead (promOperatorPrometheus).
-func promOperator(t *testing.T, c *Cluster, tokenFile string) (config []byte, rules map[string]string) {
+func promOperator(t *testing.T, c *Cluster, tokenFile, shortFor string) (config []byte, rules map[string]string) {
 	t.Helper()
 	dir := promBuild(t, "build-prometheus-operator.sh")
+	promImportImages(t, c, promBinary(t, "prometheus"), filepath.Join(dir, "prometheus-config-reloader"))
 	crds, err := filepath.Glob(filepath.Join(dir, "crds", "*.yaml"))
 	if err != nil || len(crds) == 0 {
 		t.Fatalf("no CRDs in %s/crds: %v", dir, err)
@@ -442,7 +443,7 @@ func promOperator(t *testing.T, c *Cluster, tokenFile string) (config []byte, ru
 		}
 	}
 	promStartOperator(t, c, filepath.Join(dir, "operator"))
-	promApplyMonitoring(t, c, tokenFile)
+	promApplyMonitoring(t, c, tokenFile, shortFor)
 	return promOperatorOutput(t, c)
 }
 
@@ -457,7 +458,8 @@ func promStartOperator(t *testing.T, c *Cluster, bin string) {
 	// --kubelet-service off: it would maintain a kubelet Service in kube-system for nothing.
 	// KUBECONFIG: the operator's out-of-cluster mode (pkg/k8sutil reads it).
 	cmd := exec.Command("nsenter", "--net=/run/netns/"+c.env["NETNS"], "--", bin,
-		"--web.listen-address="+c.NodeIP+":18080", "--kubelet-service=", "--log-level=info")
+		"--web.listen-address="+c.NodeIP+":18080", "--kubelet-service=", "--log-level=info",
+		"--prometheus-config-reloader="+promReloaderImage)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
@@ -485,8 +487,9 @@ func promStartOperator(t *testing.T, c *Cluster, bin string) {
 // promApplyMonitoring applies the shipped monitoring objects and a Prometheus that selects them.
 // The Prometheus reaches the apiserver as promSA (apiserverConfig: the token file and the
 // cluster's CA, paths on this machine, where the configuration is used).
-func promApplyMonitoring(t *testing.T, c *Cluster, tokenFile string) {
+func promApplyMonitoring(t *testing.T, c *Cluster, tokenFile, shortFor string) {
 	t.Helper()
+	copyRule := promShortForRule(t, shortFor)
 	monitoring := opsRender(t, c, map[string]string{"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: ` + promNS + `
@@ -516,13 +519,13 @@ spec:
     authorization: {type: Bearer, credentialsFile: %q}
     tlsConfig: {caFile: %q}
 `, promNS, promSA, c.Server, tokenFile, c.Config.CAFile)
-	for _, objects := range []string{monitoring, service, prometheus} {
+	for _, objects := range []string{monitoring, copyRule, service, prometheus} {
 		if out, err := c.KubectlWithInput(t, objects, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
 	t.Cleanup(func() {
-		for _, objects := range []string{prometheus, service, monitoring} {
+		for _, objects := range []string{prometheus, service, copyRule, monitoring} {
 			if _, err := c.KubectlWithInput(t, objects, "delete", "--ignore-not-found", "--wait=true", "--timeout=120s", "-f", "-"); err != nil {
 				t.Error(err)
 			}
@@ -552,12 +555,12 @@ func promOperatorOutput(t *testing.T, c *Cluster) (config []byte, rules map[stri
 			return false, nil
 		}
 		rules = cm.Data
+		shipped, short := false, false
 		for _, r := range rules {
-			if strings.Contains(r, "alert: CSIResizerVolumeInfeasible") {
-				return true, nil
-			}
+			shipped = shipped || strings.Contains(r, "name: csi-resizer.alerts\n")
+			short = short || strings.Contains(r, "name: csi-resizer.alerts.short-for\n")
 		}
-		return false, nil
+		return shipped && short, nil
 	})
 	if err != nil {
 		t.Fatalf("the operator wrote no configuration with job %s and rules with CSIResizerVolumeInfeasible "+
@@ -692,12 +695,14 @@ func promScrapers(t *testing.T, c *Cluster) []*opsPrometheus {
 	tokenFile, kubeconfig := promServiceAccount(t, c)
 	rules := promRuleFiles(t, t.TempDir())
 	readme := opsScrapePrometheus(t, c, kubeconfig, rules)
-	config, operatorRules := promOperator(t, c, tokenFile)
-	operated := promOperatorPrometheus(t, c, config, operatorRules, rules[1])
+	config, operatorRules := promOperator(t, c, tokenFile, rules[1])
+	operated := promOperatorPrometheus(t, c, config, operatorRules)
+	incluster := promInCluster(t, c)
 	promWaitDiscovered(t, c, readme, "csi-resizer", time.Minute)
 	// The ServiceMonitor's interval is 30s: the first scrape may come that late.
 	promWaitDiscovered(t, c, operated, "serviceMonitor/"+promNS+"/csi-resizer/0", 2*time.Minute)
-	return []*opsPrometheus{readme, operated}
+	promWaitDiscovered(t, c, incluster, "serviceMonitor/"+promNS+"/csi-resizer/0", 2*time.Minute)
+	return []*opsPrometheus{readme, operated, incluster}
 }
 
 // promAlertsFire waits, in each Prometheus, for the test's copy of CSIResizerVolumeInfeasible to
@@ -717,4 +722,138 @@ func promAlertsResolve(t *testing.T, proms []*opsPrometheus, pvc string) {
 		promWaitAlerts(t, p, pvc, 2*time.Minute, map[string]string{
 			"csi-resizer.alerts": "", "csi-resizer.alerts.short-for": ""})
 	}
+}
+
+// Images of the built prometheus and prometheus-config-reloader, for the operator's StatefulSet.
+const (
+	promImage         = "localhost/prometheus:v3.16.0"
+	promReloaderImage = "localhost/prometheus-config-reloader:v0.85.0"
+)
+
+// promImportImages assembles images of the built prometheus and prometheus-config-reloader
+// offline, as hack/cluster/build-images.sh assembles the driver's (test/images/cmd/assemble-image:
+// the binary, /tmp, its entrypoint, no base), and imports them into the node's containerd: the
+// operator's StatefulSet runs them under these names, with imagePullPolicy Never.
+func promImportImages(t *testing.T, c *Cluster, promBin, reloaderBin string) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/assemble-image")
+	build.Dir = filepath.Join(root, "test", "images")
+	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build test/images/cmd/assemble-image: %v\n%s", err, out)
+	}
+	for _, img := range []struct{ tag, bin, path string }{
+		{promImage, promBin, "/bin/prometheus"},
+		{promReloaderImage, reloaderBin, "/bin/prometheus-config-reloader"},
+	} {
+		tar := filepath.Join(dir, filepath.Base(img.path)+".tar")
+		out, err := exec.Command(filepath.Join(dir, "assemble-image"), "--tag", img.tag, "--out", tar,
+			"--user", "65534:65534", "--entrypoint", fmt.Sprintf("[%q]", img.path),
+			"--layer", "COPY "+filepath.Base(img.path)+" (hack/build-prometheus*.sh)",
+			"--file", img.path+"="+img.bin+",mode=0755", "--dir", "/tmp,mode=1777").CombinedOutput()
+		if err != nil {
+			t.Fatalf("assemble %s: %v\n%s", img.tag, err, out)
+		}
+		if out, err := c.InNode(t, c.env["CTR"], "--address", c.env["CONTAINERD_SOCK"], "-n", "k8s.io", "images", "import",
+			"--snapshotter", c.env["SNAPSHOTTER"], "--local", tar); err != nil {
+			t.Fatalf("import %s: %v\n%s", img.tag, err, out)
+		}
+	}
+}
+
+// promInCluster has the operator run a Prometheus in the cluster, the way it does for users: a
+// Prometheus object "incluster" selecting the shipped ServiceMonitor and PrometheusRule, whose
+// StatefulSet runs the imported images as promSA (in-cluster credentials, no apiserverConfig),
+// with the init container and the config reloader next to Prometheus. A NodePort Service
+// reaches its API from the machine. Returns it once the API is ready.
+func promInCluster(t *testing.T, c *Cluster) *opsPrometheus {
+	t.Helper()
+	objects := fmt.Sprintf(`apiVersion: monitoring.coreos.com/v1
+kind: Prometheus
+metadata: {name: incluster, namespace: %[1]s}
+spec:
+  replicas: 1
+  version: v3.16.0
+  image: %[2]s
+  imagePullPolicy: Never
+  serviceAccountName: %[3]s
+  evaluationInterval: 2s
+  serviceMonitorNamespaceSelector: {}
+  serviceMonitorSelector: {matchLabels: {app.kubernetes.io/part-of: csi-resizer}}
+  ruleNamespaceSelector: {}
+  ruleSelector: {matchLabels: {prometheus: k8s, role: alert-rules}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: prometheus-incluster-api, namespace: %[1]s}
+spec:
+  type: NodePort
+  selector: {operator.prometheus.io/name: incluster}
+  ports: [{name: web, port: 9090, targetPort: web}]
+`, promNS, promImage, promSA)
+	if out, err := c.KubectlWithInput(t, objects, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if _, err := c.KubectlWithInput(t, objects, "delete", "--ignore-not-found", "--wait=true", "--timeout=120s", "-f", "-"); err != nil {
+			t.Error(err)
+		}
+	})
+	start := time.Now()
+	ctx := context.Background()
+	svc, err := c.Client.CoreV1().Services(promNS).Get(ctx, "prometheus-incluster-api", metav1.GetOptions{})
+	if err != nil || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].NodePort == 0 {
+		t.Fatalf("Service %s/prometheus-incluster-api has no node port: %v %+v", promNS, err, svc)
+	}
+	p := &opsPrometheus{api: fmt.Sprintf("http://%s:%d", c.NodeIP, svc.Spec.Ports[0].NodePort)}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api+"/-/ready", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		pods, _ := c.Kubectl(t, "-n", promNS, "get", "pods,statefulsets", "-o", "wide")
+		desc, _ := c.Kubectl(t, "-n", promNS, "describe", "pods", "-l", "operator.prometheus.io/name=incluster")
+		t.Fatalf("the operator's Prometheus %s/incluster is not ready at %s within 3m: %v\n%s\n%s", promNS, p.api, err, pods, tail(desc, 40))
+	}
+	t.Logf("the operator's Prometheus %s/incluster (StatefulSet prometheus-incluster, images %s and %s) ready in %s at %s",
+		promNS, promImage, promReloaderImage, time.Since(start).Round(time.Second), p.api)
+	return p
+}
+
+// promShortForRule is a PrometheusRule of the test's copy of CSIResizerVolumeInfeasible (the file
+// shortFor), labelled as the shipped one, so that the operator gives it to every Prometheus it
+// configures.
+func promShortForRule(t *testing.T, shortFor string) string {
+	t.Helper()
+	data, err := os.ReadFile(shortFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	if err := yaml.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(map[string]any{
+		"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+		"metadata": map[string]any{"name": "csi-resizer-short-for", "namespace": promNS,
+			"labels": map[string]string{"prometheus": "k8s", "role": "alert-rules"}},
+		"spec": spec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }
