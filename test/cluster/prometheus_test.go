@@ -4,23 +4,19 @@ package cluster
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
@@ -31,14 +27,15 @@ import (
 // Prometheus as SREs run it next to TestOperations' csi-resizer replicas: Prometheus built from
 // its Go module with Kubernetes discovery (hack/build-prometheus.sh), given the README's
 // kubernetes_sd_configs line, and the Prometheus Operator (hack/build-prometheus-operator.sh)
-// turning the shipped ServiceMonitor and PrometheusRule (deploy/kubernetes/monitoring) into a
-// Prometheus configuration. Both load the shipped alerting rules.
+// running Prometheus in the cluster from the shipped ServiceMonitor and PrometheusRule
+// (deploy/kubernetes/monitoring), with images of the same builds. Both load the shipped
+// alerting rules.
 
 const (
 	// promNS holds the Prometheus ServiceAccount, the Prometheus object and the shipped
 	// monitoring objects (ServiceMonitors, PrometheusRule).
 	promNS = "ops-monitoring"
-	// promSA is the identity both Prometheus processes discover targets with.
+	// promSA is the identity both Prometheus discover targets with.
 	promSA = "prometheus"
 	// promShortFor is the `for` of the test's copy of CSIResizerVolumeInfeasible.
 	promShortFor = "10s"
@@ -81,11 +78,11 @@ func promVersion(bin string) string {
 
 // promServiceAccount creates promNS and, in it, the ServiceAccount a Prometheus in the cluster
 // would discover targets with: get, list and watch on pods, services, endpoints and
-// endpointslices, nothing else. Prometheus runs outside the cluster here, so it gets that
-// identity as a bound token (an hour) in a file; a missing permission fails discovery as it
-// would in a pod, which the admin's credentials would hide. Returns the token file and a
-// kubeconfig that uses it.
-func promServiceAccount(t *testing.T, c *Cluster) (tokenFile, kubeconfig string) {
+// endpointslices, nothing else. The operator's Prometheus runs as it; the README's runs outside
+// the cluster, so it gets that identity as a bound token (an hour) in a file, and a missing
+// permission fails its discovery as it would in a pod, which the admin's credentials would hide.
+// Returns a kubeconfig with that token.
+func promServiceAccount(t *testing.T, c *Cluster) (kubeconfig string) {
 	t.Helper()
 	rbac := fmt.Sprintf(`apiVersion: v1
 kind: Namespace
@@ -127,7 +124,7 @@ subjects: [{kind: ServiceAccount, name: %[2]s, namespace: %[1]s}]
 		t.Fatalf("token of ServiceAccount %s/%s: %v", promNS, promSA, err)
 	}
 	dir := t.TempDir()
-	tokenFile = filepath.Join(dir, "token")
+	tokenFile := filepath.Join(dir, "token")
 	kubeconfig = filepath.Join(dir, "kubeconfig")
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -142,12 +139,12 @@ current-context: %s
 	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return tokenFile, kubeconfig
+	return kubeconfig
 }
 
 // promRuleFiles returns the shipped rules (deploy/prometheus/rules.yaml, as it is) and a copy of
 // its CSIResizerVolumeInfeasible alone with `for: promShortFor` in a group of its own
-// (<group>.short-for), written next to dir: the shipped rule waits 15 minutes before it fires,
+// (<group>.short-for), written into dir: the shipped rule waits 15 minutes before it fires,
 // longer than the test holds the PVC infeasible. The shipped rule must still go pending with the
 // copy (same expression, same labels); deploy/prometheus/rules_test.yaml, run here with the
 // built promtool, tests its 15 minutes.
@@ -396,17 +393,12 @@ func promWaitAlerts(t *testing.T, p *opsPrometheus, pvc string, timeout time.Dur
 }
 
 // promOperator runs the Prometheus Operator (hack/build-prometheus-operator.sh) with its CRDs
-// installed, out of the cluster with the admin kubeconfig, in the node's network namespace; the
-// shipped monitoring kustomization (ServiceMonitors and PrometheusRule) in promNS, and the shipped
-// csi-resizer-metrics Service in opsNS. A Prometheus object selects them by the labels the shipped
-// files carry. The operator writes the configuration it generates for that Prometheus to the
-// Secret prometheus-<name> and the rules to the ConfigMap prometheus-<name>-rulefiles-0, which
-// this returns (the configuration decompressed, the rule files by name).
-//
-// The Prometheus runs with replicas: 0: the operator's StatefulSet would run Prometheus and the
-// config reloader from images (quay.io), which no registry here serves; the test runs the built
-// prometheus with the operator's configuration instead (promOperatorPrometheus).
-func promOperator(t *testing.T, c *Cluster, tokenFile, shortFor string) (config []byte, rules map[string]string) {
+// installed, out of the cluster with the admin kubeconfig, in the node's network namespace, and
+// applies the shipped monitoring kustomization (ServiceMonitors and PrometheusRule) in promNS, the
+// test's copy of the alert (shortFor) as a PrometheusRule beside it, and the shipped
+// csi-resizer-metrics Service in opsNS. The images the operator's StatefulSets run are imported
+// first (promImportImages).
+func promOperator(t *testing.T, c *Cluster, shortFor string) {
 	t.Helper()
 	dir := promBuild(t, "build-prometheus-operator.sh")
 	promImportImages(t, c, promBinary(t, "prometheus"), filepath.Join(dir, "prometheus-config-reloader"))
@@ -443,8 +435,7 @@ func promOperator(t *testing.T, c *Cluster, tokenFile, shortFor string) (config 
 		}
 	}
 	promStartOperator(t, c, filepath.Join(dir, "operator"))
-	promApplyMonitoring(t, c, tokenFile, shortFor)
-	return promOperatorOutput(t, c)
+	promApplyMonitoring(t, c, shortFor)
 }
 
 // promStartOperator starts the operator in the node's network namespace and stops it at cleanup.
@@ -484,10 +475,9 @@ func promStartOperator(t *testing.T, c *Cluster, bin string) {
 	t.Logf("prometheus-operator (%s) running out of the cluster with the admin kubeconfig", promVersion(bin))
 }
 
-// promApplyMonitoring applies the shipped monitoring objects and a Prometheus that selects them.
-// The Prometheus reaches the apiserver as promSA (apiserverConfig: the token file and the
-// cluster's CA, paths on this machine, where the configuration is used).
-func promApplyMonitoring(t *testing.T, c *Cluster, tokenFile, shortFor string) {
+// promApplyMonitoring applies the shipped monitoring objects, the test's PrometheusRule and the
+// shipped metrics Service; promInCluster's Prometheus object selects them.
+func promApplyMonitoring(t *testing.T, c *Cluster, shortFor string) {
 	t.Helper()
 	copyRule := promShortForRule(t, shortFor)
 	monitoring := opsRender(t, c, map[string]string{"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
@@ -502,30 +492,13 @@ namespace: ` + opsNS + `
 resources:
 - $REPO/deploy/kubernetes/monitoring/csi-resizer-service
 `})
-	prometheus := fmt.Sprintf(`apiVersion: monitoring.coreos.com/v1
-kind: Prometheus
-metadata: {name: ops, namespace: %s}
-spec:
-  replicas: 0
-  imagePullPolicy: Never
-  serviceAccountName: %s
-  evaluationInterval: 2s
-  serviceMonitorNamespaceSelector: {}
-  serviceMonitorSelector: {matchLabels: {app.kubernetes.io/part-of: csi-resizer}}
-  ruleNamespaceSelector: {}
-  ruleSelector: {matchLabels: {prometheus: k8s, role: alert-rules}}
-  apiserverConfig:
-    host: %q
-    authorization: {type: Bearer, credentialsFile: %q}
-    tlsConfig: {caFile: %q}
-`, promNS, promSA, c.Server, tokenFile, c.Config.CAFile)
-	for _, objects := range []string{monitoring, copyRule, service, prometheus} {
+	for _, objects := range []string{monitoring, copyRule, service} {
 		if out, err := c.KubectlWithInput(t, objects, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
 	t.Cleanup(func() {
-		for _, objects := range []string{prometheus, service, copyRule, monitoring} {
+		for _, objects := range []string{service, copyRule, monitoring} {
 			if _, err := c.KubectlWithInput(t, objects, "delete", "--ignore-not-found", "--wait=true", "--timeout=120s", "-f", "-"); err != nil {
 				t.Error(err)
 			}
@@ -533,176 +506,23 @@ spec:
 	})
 }
 
-// promOperatorOutput waits for the operator's Secret and rules ConfigMap of the Prometheus
-// "ops", with a scrape job from the shipped ServiceMonitor and the shipped alerts.
-func promOperatorOutput(t *testing.T, c *Cluster) (config []byte, rules map[string]string) {
-	t.Helper()
-	const job = "serviceMonitor/" + promNS + "/csi-resizer/0"
-	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		s, err := c.Client.CoreV1().Secrets(promNS).Get(ctx, "prometheus-ops", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		zr, err := gzip.NewReader(bytes.NewReader(s.Data["prometheus.yaml.gz"]))
-		if err != nil {
-			return false, nil
-		}
-		if config, err = io.ReadAll(zr); err != nil || !bytes.Contains(config, []byte(job)) {
-			return false, nil
-		}
-		cm, err := c.Client.CoreV1().ConfigMaps(promNS).Get(ctx, "prometheus-ops-rulefiles-0", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		rules = cm.Data
-		shipped, short := false, false
-		for _, r := range rules {
-			shipped = shipped || strings.Contains(r, "name: csi-resizer.alerts\n")
-			short = short || strings.Contains(r, "name: csi-resizer.alerts.short-for\n")
-		}
-		return shipped && short, nil
-	})
-	if err != nil {
-		t.Fatalf("the operator wrote no configuration with job %s and rules with CSIResizerVolumeInfeasible "+
-			"(Secret %s/prometheus-ops, ConfigMap prometheus-ops-rulefiles-0) within 2m: %v\nconfig:\n%s", job, promNS, err, config)
-	}
-	return config, rules
-}
-
-// promOperatorPrometheus runs what the operator's StatefulSet prometheus-ops would run, with the
-// built binaries and the operator's own output: its init container (init-config-reloader: the
-// built prometheus-config-reloader with the container's arguments and environment, run once)
-// turns the Secret's prometheus.yaml.gz into prometheus.env.yaml, substituting $(POD_NAME) and
-// $(SHARD), and the built prometheus is started with that. The paths under /etc/prometheus
-// become files of the test (the Secret, the rules ConfigMap, the output); rule_files, which name
-// the ConfigMap's mount, name the test's copy of its files. extraRules are loaded too (the
-// test's copy of the alert with a short `for`).
-func promOperatorPrometheus(t *testing.T, c *Cluster, config []byte, rules map[string]string, extraRules ...string) *opsPrometheus {
-	t.Helper()
-	dir := t.TempDir()
-	const mount = "/etc/prometheus/rules/prometheus-ops-rulefiles-0"
-	paths := map[string]string{
-		"/etc/prometheus/config/prometheus.yaml.gz":      filepath.Join(dir, "prometheus.yaml.gz"),
-		"/etc/prometheus/config_out/prometheus.env.yaml": filepath.Join(dir, "prometheus.env.yaml"),
-		mount: filepath.Join(dir, "prometheus-ops-rulefiles-0"),
-	}
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	if _, err := zw.Write(config); err != nil || zw.Close() != nil {
-		t.Fatalf("gzip: %v", err)
-	}
-	if err := os.WriteFile(paths["/etc/prometheus/config/prometheus.yaml.gz"], gz.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(paths[mount], 0o755); err != nil {
-		t.Fatal(err)
-	}
-	names := make([]string, 0, len(rules))
-	for name, content := range rules {
-		if err := os.WriteFile(filepath.Join(paths[mount], name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	promRunInitReloader(t, c, paths)
-	envYAML, err := os.ReadFile(paths["/etc/prometheus/config_out/prometheus.env.yaml"])
-	if err != nil {
-		t.Fatalf("init-config-reloader wrote no configuration: %v", err)
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(envYAML, &cfg); err != nil {
-		t.Fatalf("init-config-reloader's configuration: %v\n%s", err, envYAML)
-	}
-	if got, want := fmt.Sprint(cfg["rule_files"]), "["+mount+"/*.yaml]"; got != want {
-		t.Fatalf("the operator's rule_files are %s, want %s: update this test", got, want)
-	}
-	cfg["rule_files"] = append([]string{filepath.Join(paths[mount], "*.yaml")}, extraRules...)
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("the operator's configuration, through init-config-reloader (rule files %v from ConfigMap prometheus-ops-rulefiles-0):\n%s", names, out)
-	prom, err := opsStartPrometheus(t, c, 19091, string(out))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return prom
-}
-
-// promRunInitReloader runs the init container init-config-reloader of the operator's
-// StatefulSet prometheus-ops with the built prometheus-config-reloader: the container's
-// arguments with the paths mapped by paths (every /etc/prometheus path must be there) and no
-// metrics listener, and its environment (POD_NAME the first replica's name).
-func promRunInitReloader(t *testing.T, c *Cluster, paths map[string]string) {
-	t.Helper()
-	sts, err := c.Client.AppsV1().StatefulSets(promNS).Get(context.Background(), "prometheus-ops", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the operator's StatefulSet %s/prometheus-ops: %v", promNS, err)
-	}
-	var init *corev1.Container
-	for i := range sts.Spec.Template.Spec.InitContainers {
-		if ic := &sts.Spec.Template.Spec.InitContainers[i]; ic.Name == "init-config-reloader" {
-			init = ic
-		}
-	}
-	if init == nil || len(init.Command) != 1 || init.Command[0] != "/bin/prometheus-config-reloader" {
-		t.Fatalf("StatefulSet %s/prometheus-ops has no init container init-config-reloader running /bin/prometheus-config-reloader: %+v",
-			promNS, sts.Spec.Template.Spec.InitContainers)
-	}
-	var args []string
-	for _, a := range init.Args {
-		if strings.HasPrefix(a, "--listen-address=") {
-			a = "--listen-address="
-		}
-		for from, to := range paths {
-			a = strings.Replace(a, "="+from, "="+to, 1)
-		}
-		if strings.Contains(a, "/etc/prometheus") {
-			t.Fatalf("init-config-reloader argument %q names a mount this test does not provide: update it", a)
-		}
-		args = append(args, a)
-	}
-	env := []string{}
-	for _, e := range init.Env {
-		switch {
-		case e.ValueFrom == nil:
-			env = append(env, e.Name+"="+e.Value)
-		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			env = append(env, e.Name+"=prometheus-ops-0")
-		default:
-			t.Fatalf("init-config-reloader's variable %s comes from %+v: update this test", e.Name, e.ValueFrom)
-		}
-	}
-	bin := filepath.Join(promBuild(t, "build-prometheus-operator.sh"), "prometheus-config-reloader")
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("init-config-reloader %v (env %v): %v\n%s", args, env, err, out)
-	}
-	t.Logf("init-config-reloader (built prometheus-config-reloader) %v with %v", args, env)
-}
-
 // promScrapers starts the two ways an SRE scrapes the replicas, each with the shipped alerting
 // rules and the test's short-`for` copy of CSIResizerVolumeInfeasible: the README's
 // kubernetes_sd_configs line (opsScrapePrometheus, scrape pool csi-resizer) and the operator's
-// configuration from the shipped ServiceMonitor (scrape pool
+// Prometheus in the cluster, configured from the shipped ServiceMonitor (scrape pool
 // serviceMonitor/ops-monitoring/csi-resizer/0). It returns them once each has discovered every
 // replica and scrapes it up (the README's first: the recovery counter is read there).
 func promScrapers(t *testing.T, c *Cluster) []*opsPrometheus {
 	t.Helper()
-	tokenFile, kubeconfig := promServiceAccount(t, c)
+	kubeconfig := promServiceAccount(t, c)
 	rules := promRuleFiles(t, t.TempDir())
 	readme := opsScrapePrometheus(t, c, kubeconfig, rules)
-	config, operatorRules := promOperator(t, c, tokenFile, rules[1])
-	operated := promOperatorPrometheus(t, c, config, operatorRules)
-	incluster := promInCluster(t, c)
+	promOperator(t, c, rules[1])
+	operated := promInCluster(t, c)
 	promWaitDiscovered(t, c, readme, "csi-resizer", time.Minute)
 	// The ServiceMonitor's interval is 30s: the first scrape may come that late.
 	promWaitDiscovered(t, c, operated, "serviceMonitor/"+promNS+"/csi-resizer/0", 2*time.Minute)
-	promWaitDiscovered(t, c, incluster, "serviceMonitor/"+promNS+"/csi-resizer/0", 2*time.Minute)
-	return []*opsPrometheus{readme, operated, incluster}
+	return []*opsPrometheus{readme, operated}
 }
 
 // promAlertsFire waits, in each Prometheus, for the test's copy of CSIResizerVolumeInfeasible to
