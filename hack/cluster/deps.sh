@@ -4,8 +4,9 @@
 # (iproute2's ip, util-linux's nsenter/unshare/setsid/flock/mountpoint, mount's
 # mount/umount/losetup), procps (sysctl, ps), runc, the CNI plugins (bridge, host-local,
 # loopback, portmap), iptables and conntrack (kube-proxy, portmap), busybox-static and socat (put
-# into images), openssl (the cluster's certificates), curl, CA certificates, and Debian's
-# prometheus (test/cluster's TestOperations scrapes with it; make check-rules uses its promtool).
+# into images), openssl (the cluster's certificates), curl and CA certificates. Prometheus is not
+# taken from Debian (its package has no Kubernetes discovery): TestOperations runs
+# hack/build-prometheus.sh's and hack/build-prometheus-operator.sh's builds.
 #
 #   hack/cluster/deps.sh           installs what is missing (root; a machine that has it all is
 #                                  left alone): what .ci/run and hack/cluster/up.sh do
@@ -40,8 +41,6 @@ needs=(
   "openssl openssl"
   "curl curl"
   "/etc/ssl/certs/ca-certificates.crt ca-certificates"
-  "prometheus prometheus"
-  "promtool prometheus"
 )
 
 # missing: the packages of what is not here, one a line, sorted; the missing names on fd 3.

@@ -6,7 +6,8 @@
 # A machine that cannot run the node (not root, no network or mount namespaces, no cgroups, a
 # tool missing that hack/cluster/deps.sh cannot install) gets one line and a skip, except under
 # CI=true, where the suite must run: there it fails at once. require.sh installs what the
-# suite takes from Debian (prometheus too: TestOperations scrapes with it).
+# suite takes from Debian. TestOperations builds Prometheus and the Prometheus Operator
+# (hack/build-prometheus.sh, hack/build-prometheus-operator.sh; cached) on first use.
 # RUN selects tests (go test -run), CLUSTER_TEST_TIMEOUT bounds the run (default 40m).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -288,32 +288,27 @@ next:
 	return lines
 }
 
-// opsPrometheus is Debian's prometheus run in the node's network namespace, where pod IPs
-// are routed, serving its HTTP API on the node's address (reachable from the machine).
+// opsPrometheus is a prometheus of hack/build-prometheus.sh run in the node's network namespace,
+// where pod IPs are routed, serving its HTTP API on the node's address (reachable from the
+// machine).
 type opsPrometheus struct {
 	api string
 	cmd *exec.Cmd
 	log string
 }
 
-// opsStartPrometheus starts prometheus with config (a prometheus.yml) and returns once it is
-// ready, or the error and log of a process that exited first. At cleanup it is stopped and its
-// data directory removed.
-func opsStartPrometheus(t *testing.T, c *Cluster, config string) (*opsPrometheus, error) {
+// opsStartPrometheus starts prometheus with config (a prometheus.yml), its API on the node's
+// address and port, and returns once it is ready, or the error and log of a process that exited
+// first. At cleanup it is stopped and its data directory removed.
+func opsStartPrometheus(t *testing.T, c *Cluster, port int, config string) (*opsPrometheus, error) {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no prometheus binary; CI must run this test (make test-cluster installs it): %v", err)
-		}
-		t.Skipf("no prometheus binary (apt-get install prometheus, as make test-cluster does): %v", err)
-	}
+	bin := promBinary(t, "prometheus")
 	dir := t.TempDir() // removed after the process is stopped: cleanups run last-in first-out
 	cfg := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	listen := c.NodeIP + ":19090"
+	listen := fmt.Sprintf("%s:%d", c.NodeIP, port)
 	p := &opsPrometheus{api: "http://" + listen, log: filepath.Join(dir, "prometheus.log")}
 	logFile, err := os.Create(p.log)
 	if err != nil {
@@ -417,10 +412,10 @@ func (p *opsPrometheus) sum(ctx context.Context, q string) (float64, error) {
 }
 
 // opsScrapePrometheus starts Prometheus with the README's scrape config for the csi-resizer
-// pods: the kubernetes_sd_configs line, given the admin kubeconfig since Prometheus runs outside
-// the cluster. A Prometheus built without Kubernetes discovery (Debian's package) refuses that
-// line; then it gets the README's static line, with the replicas' pod addresses as targets.
-func opsScrapePrometheus(t *testing.T, c *Cluster) *opsPrometheus {
+// pods, the kubernetes_sd_configs line, given kubeconfig_file since Prometheus runs outside the
+// cluster (a kubeconfig with promSA's token: the permissions a Prometheus pod would have), and
+// the rule files.
+func opsScrapePrometheus(t *testing.T, c *Cluster, kubeconfig string, rules []string) *opsPrometheus {
 	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -431,42 +426,22 @@ func opsScrapePrometheus(t *testing.T, c *Cluster) *opsPrometheus {
 		t.Fatal(err)
 	}
 	sd := regexp.MustCompile("(?m)^scrape_configs: \\[\\{job_name: csi-resizer, kubernetes_sd_configs: .*$").FindString(string(readme))
-	static := regexp.MustCompile("`(scrape_configs: \\[\\{job_name: csi-resizer, static_configs: [^`]*)`").FindStringSubmatch(string(readme))
-	withKubeconfig := strings.Replace(sd, "{role: pod}", fmt.Sprintf("{role: pod, kubeconfig_file: %q}", c.Kubeconfig), 1)
-	if sd == "" || withKubeconfig == sd || len(static) != 2 || !strings.Contains(static[1], `"127.0.0.1:8080"`) {
-		t.Fatalf("README.md lacks the one-line scrape configs (kubernetes_sd_configs [{role: pod}]: %q; static 127.0.0.1:8080: %q)", sd, static)
+	withKubeconfig := strings.Replace(sd, "{role: pod}", fmt.Sprintf("{role: pod, kubeconfig_file: %q}", kubeconfig), 1)
+	if sd == "" || withKubeconfig == sd {
+		t.Fatalf("README.md lacks the one-line scrape config with kubernetes_sd_configs: [{role: pod}] (found %q)", sd)
 	}
-	const global = "global: {scrape_interval: 2s, scrape_timeout: 2s}\n"
+	quoted := make([]string, len(rules))
+	for i, r := range rules {
+		quoted[i] = strconv.Quote(r)
+	}
+	global := "global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 2s}\n" +
+		"rule_files: [" + strings.Join(quoted, ", ") + "]\n"
 	t.Logf("README's scrape config: %s", sd)
-	prom, err := opsStartPrometheus(t, c, global+withKubeconfig+"\n")
-	if err == nil {
-		return prom
-	}
-	if !strings.Contains(err.Error(), "field kubernetes_sd_configs not found") {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	list, err := c.Client.CoreV1().Pods(opsNS).List(ctx, metav1.ListOptions{LabelSelector: opsSelector})
+	prom, err := opsStartPrometheus(t, c, 19090, global+withKubeconfig+"\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var targets []string
-	for _, p := range list.Items {
-		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
-			targets = append(targets, fmt.Sprintf("%q", p.Status.PodIP+":8080"))
-		}
-	}
-	line := strings.Replace(static[1], `"127.0.0.1:8080"`, strings.Join(targets, ", "), 1)
-	t.Logf("this prometheus (%s) has no Kubernetes discovery; README's static line instead: %s", opsPrometheusVersion(), line)
-	prom, err = opsStartPrometheus(t, c, global+line+"\n")
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Logf("%s (%s) scrapes with the README's kubernetes_sd_configs as ServiceAccount %s/%s", prom.api,
+		promVersion(promBinary(t, "prometheus")), promNS, promSA)
 	return prom
-}
-
-func opsPrometheusVersion() string {
-	out, _ := exec.Command("prometheus", "--version").CombinedOutput()
-	first, _, _ := strings.Cut(string(out), "\n")
-	return strings.TrimSpace(first)
 }

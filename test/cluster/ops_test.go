@@ -144,31 +144,20 @@ func opsWaitLeader(t *testing.T, c *Cluster) (leader string, pods []string, tran
 	return leader, pods, transitions
 }
 
-// opsPrometheusRecovery: Prometheus scrapes the replicas with the README's scrape config
-// (opsScrapePrometheus), a PVC mounted in a pod is
-// grown beyond the driver's --max-volume-size (1Ti by default: OUT_OF_RANGE, infeasible), then
-// lowered again (KEP-1790 recovery), and csi_resizer_volume_recovery_total{state="success"},
-// read through /api/v1/query, must increase.
+// opsPrometheusRecovery: Prometheus discovers and scrapes the replicas with the README's scrape
+// config and with the operator's configuration from the shipped ServiceMonitor (promScrapers),
+// a PVC mounted in a pod is grown beyond the driver's --max-volume-size (1Ti by default:
+// OUT_OF_RANGE, infeasible), CSIResizerVolumeInfeasible fires for it in both, the request is
+// lowered again (KEP-1790 recovery), csi_resizer_volume_recovery_total{state="success"}, read
+// through /api/v1/query, must increase, and the alert resolves.
 func opsPrometheusRecovery(t *testing.T, c *Cluster) {
 	ctx := context.Background()
 	begin := time.Now()
 	opsWaitLeader(t, c)
-	prom := opsScrapePrometheus(t, c)
-
-	// Every replica is a target (the standby serves /metrics too).
-	var up map[string]float64
-	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		pods, err := opsPods(ctx, c, opsNS, opsSelector)
-		if err != nil {
-			return false, err
-		}
-		up, err = prom.query(ctx, `up{job="csi-resizer"} == 1`)
-		return err == nil && len(pods) > 0 && len(up) >= len(pods), nil
-	})
-	if err != nil {
-		t.Fatalf("prometheus does not scrape the replicas (up: %v): %v\n%s", up, err, prom.logTail())
-	}
-	t.Logf("prometheus up in %s; targets up: %d", time.Since(begin).Round(time.Second), len(up))
+	// Both discover every replica (the standby serves /metrics too); the README's is read below.
+	proms := promScrapers(t, c)
+	prom := proms[0]
+	t.Logf("prometheus (README's config and the operator's) scraping in %s", time.Since(begin).Round(time.Second))
 
 	pvc := hostpathPVC(opsNS, "recover", "1Gi")
 	opsCreateBound(t, c, pvc)
@@ -217,6 +206,7 @@ func opsPrometheusRecovery(t *testing.T, c *Cluster) {
 		t.Errorf("2Ti: allocatedResourceStatuses %q, want ControllerResizeInfeasible", got)
 	}
 	t.Logf("2Ti refused by the driver, seen in Prometheus after %s: %v", time.Since(infeasibleAt).Round(time.Second), samples)
+	promAlertsFire(t, proms, pvc.Name)
 
 	recoverAt := time.Now()
 	if err := opsRequest(ctx, c, opsNS, pvc.Name, "2Gi"); err != nil {
@@ -236,6 +226,7 @@ func opsPrometheusRecovery(t *testing.T, c *Cluster) {
 	if got, err := opsPVSize(ctx, c, opsNS, pvc.Name); err != nil || got.Cmp(resource.MustParse("2Gi")) != 0 {
 		t.Errorf("after the recovery the PV is %s (%v), want 2Gi", got.String(), err)
 	}
+	promAlertsResolve(t, proms, pvc.Name)
 }
 
 // opsNodeDeployment: the replicas scaled to 0, the node-deployment example as a DaemonSet on the

@@ -1,0 +1,679 @@
+//go:build cluster
+
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	"github.com/csi-resizer/csi-resizer/test/framework"
+)
+
+// Prometheus as SREs run it next to TestOperations' csi-resizer replicas: Prometheus built from
+// its Go module with Kubernetes discovery (hack/build-prometheus.sh), given the README's
+// kubernetes_sd_configs line, and the Prometheus Operator (hack/build-prometheus-operator.sh)
+// running Prometheus in the cluster from the shipped ServiceMonitor and PrometheusRule
+// (deploy/kubernetes/monitoring), with images of the same builds. Both load the shipped
+// alerting rules.
+
+const (
+	// promNS holds the Prometheus ServiceAccount, the Prometheus object and the shipped
+	// monitoring objects (ServiceMonitors, PrometheusRule).
+	promNS = "ops-monitoring"
+	// promSA is the identity both Prometheus discover targets with.
+	promSA = "prometheus"
+	// promShortFor is the `for` of the test's copy of CSIResizerVolumeInfeasible.
+	promShortFor = "10s"
+)
+
+// promBuild runs a cached build script of hack/ and returns the directory it prints last.
+func promBuild(t *testing.T, script string) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "hack", script))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/%s: %v\n%s", script, err, tail(stderr.String(), 30))
+	}
+	dir := tail(string(out), 1)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Logf("hack/%s built %s in %s", script, dir, d.Round(time.Second))
+	}
+	return dir
+}
+
+// promBinary is the prometheus (or promtool) of hack/build-prometheus.sh.
+func promBinary(t *testing.T, name string) string {
+	t.Helper()
+	return filepath.Join(promBuild(t, "build-prometheus.sh"), name)
+}
+
+// promVersion is the first line of `prometheus --version`.
+func promVersion(bin string) string {
+	out, _ := exec.Command(bin, "--version").CombinedOutput()
+	first, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(first)
+}
+
+// promServiceAccount creates promNS and, in it, the ServiceAccount a Prometheus in the cluster
+// would discover targets with: get, list and watch on pods, services, endpoints and
+// endpointslices, nothing else. The operator's Prometheus runs as it; the README's runs outside
+// the cluster, so it gets that identity as a bound token (an hour) in a file, and a missing
+// permission fails its discovery as it would in a pod, which the admin's credentials would hide.
+// Returns a kubeconfig with that token.
+func promServiceAccount(t *testing.T, c *Cluster) (kubeconfig string) {
+	t.Helper()
+	rbac := fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: %[2]s, namespace: %[1]s}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: %[1]s-%[2]s}
+rules:
+- apiGroups: [""]
+  resources: [pods, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: %[1]s-%[2]s}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %[1]s-%[2]s}
+subjects: [{kind: ServiceAccount, name: %[2]s, namespace: %[1]s}]
+`, promNS, promSA)
+	if out, err := c.KubectlWithInput(t, rbac, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if _, err := c.KubectlWithInput(t, rbac, "delete", "--ignore-not-found", "--wait=true", "--timeout=120s", "-f", "-"); err != nil {
+			t.Error(err)
+		}
+	})
+	tr, err := c.Client.CoreV1().ServiceAccounts(promNS).CreateToken(context.Background(), promSA,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token of ServiceAccount %s/%s: %v", promNS, promSA, err)
+	}
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: node, cluster: {server: %q, certificate-authority: %q}}]
+users: [{name: %s, user: {tokenFile: %q}}]
+contexts: [{name: %s, context: {cluster: node, user: %s}}]
+current-context: %s
+`, c.Server, c.Config.CAFile, promSA, tokenFile, promSA, promSA, promSA)
+	if err := os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
+}
+
+// promRuleFiles returns the shipped rules (deploy/prometheus/rules.yaml, as it is) and a copy of
+// its CSIResizerVolumeInfeasible alone with `for: promShortFor` in a group of its own
+// (<group>.short-for), written into dir: the shipped rule waits 15 minutes before it fires,
+// longer than the test holds the PVC infeasible. The shipped rule must still go pending with the
+// copy (same expression, same labels); deploy/prometheus/rules_test.yaml, run here with the
+// built promtool, tests its 15 minutes.
+func promRuleFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped := filepath.Join(root, "deploy", "prometheus", "rules.yaml")
+	// The unit tests of the shipped rules (their `for` and windows included) with this
+	// Prometheus' promtool too: make check-rules runs them with Debian's (2.42).
+	unit := filepath.Join(root, "deploy", "prometheus", "rules_test.yaml")
+	promtool := promBinary(t, "promtool")
+	if out, err := exec.Command(promtool, "test", "rules", unit).CombinedOutput(); err != nil {
+		t.Fatalf("%s (%s) test rules %s: %v\n%s", promtool, promVersion(promtool), unit, err, out)
+	}
+	data, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Name  string           `json:"name"`
+			Rules []map[string]any `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(data, &file); err != nil {
+		t.Fatalf("%s: %v", shipped, err)
+	}
+	type group struct {
+		Name  string           `json:"name"`
+		Rules []map[string]any `json:"rules"`
+	}
+	var short []group
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r["alert"] == "CSIResizerVolumeInfeasible" {
+				r["for"] = promShortFor
+				short = append(short, group{Name: g.Name + ".short-for", Rules: []map[string]any{r}})
+			}
+		}
+	}
+	if len(short) != 1 {
+		t.Fatalf("%s: want one alert CSIResizerVolumeInfeasible, found %d", shipped, len(short))
+	}
+	out, err := yaml.Marshal(map[string]any{"groups": short})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile := filepath.Join(dir, "short-for.yaml")
+	if err := os.WriteFile(copyFile, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{shipped, copyFile}
+}
+
+// promTarget is an active target of /api/v1/targets.
+type promTarget struct {
+	DiscoveredLabels map[string]string `json:"discoveredLabels"`
+	Labels           map[string]string `json:"labels"`
+	ScrapePool       string            `json:"scrapePool"`
+	ScrapeURL        string            `json:"scrapeUrl"`
+	Health           string            `json:"health"`
+	LastError        string            `json:"lastError"`
+}
+
+// get decodes the data of a Prometheus HTTP API answer into data.
+func (p *opsPrometheus) get(ctx context.Context, path string, data any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if r.Status != "success" {
+		return fmt.Errorf("%s: status %s: %s", path, r.Status, r.Error)
+	}
+	return json.Unmarshal(r.Data, data)
+}
+
+// targets returns the active targets of a scrape pool.
+func (p *opsPrometheus) targets(ctx context.Context, pool string) ([]promTarget, error) {
+	var data struct {
+		ActiveTargets []promTarget `json:"activeTargets"`
+	}
+	if err := p.get(ctx, "/api/v1/targets?state=active", &data); err != nil {
+		return nil, err
+	}
+	var out []promTarget
+	for _, tg := range data.ActiveTargets {
+		if tg.ScrapePool == pool {
+			out = append(out, tg)
+		}
+	}
+	return out, nil
+}
+
+// promWaitDiscovered waits until every running pod of TestOperations' Deployment is a target of
+// pool that Kubernetes discovery found (its discovered labels name the pod: no static list) and
+// that is up. It returns the targets.
+func promWaitDiscovered(t *testing.T, c *Cluster, p *opsPrometheus, pool string, timeout time.Duration) []promTarget {
+	t.Helper()
+	var targets []promTarget
+	var pods []string
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if pods, err = opsPods(ctx, c, opsNS, opsSelector); err != nil || len(pods) == 0 {
+			return false, err
+		}
+		if targets, err = p.targets(ctx, pool); err != nil {
+			return false, nil
+		}
+		for _, pod := range pods {
+			found := false
+			for _, tg := range targets {
+				if tg.DiscoveredLabels["__meta_kubernetes_pod_name"] == pod &&
+					tg.DiscoveredLabels["__meta_kubernetes_namespace"] == opsNS && tg.Health == "up" {
+					found = true
+				}
+			}
+			if !found {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("prometheus %s: the pods %v of %s are not all discovered and up in scrape pool %s within %s: %v\ntargets: %+v\n%s",
+			p.api, pods, opsDeployment, pool, timeout, err, targets, p.logTail())
+	}
+	for _, tg := range targets {
+		t.Logf("prometheus %s: %s target %s (pod %s/%s, discovered by role %s) %s",
+			p.api, pool, tg.ScrapeURL, tg.DiscoveredLabels["__meta_kubernetes_namespace"],
+			tg.DiscoveredLabels["__meta_kubernetes_pod_name"], promRole(tg), tg.Health)
+	}
+	return targets
+}
+
+// promRole names the Kubernetes discovery role that found a target, from its meta labels.
+func promRole(tg promTarget) string {
+	switch {
+	case tg.DiscoveredLabels["__meta_kubernetes_endpointslice_name"] != "":
+		return "endpointslice"
+	case tg.DiscoveredLabels["__meta_kubernetes_endpoints_name"] != "":
+		return "endpoints"
+	case tg.DiscoveredLabels["__meta_kubernetes_pod_name"] != "":
+		return "pod"
+	}
+	return "?"
+}
+
+// promAlert is an alert of a rule in /api/v1/rules.
+type promAlert struct {
+	Group    string
+	State    string
+	ActiveAt string
+	Labels   map[string]string
+}
+
+// alerts returns the active (pending or firing) alerts of the rule named alert, with the group
+// each comes from (a group tells the shipped rule from the test's copy).
+func (p *opsPrometheus) alerts(ctx context.Context, alert string) ([]promAlert, error) {
+	var data struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Name   string `json:"name"`
+				Alerts []struct {
+					Labels   map[string]string `json:"labels"`
+					State    string            `json:"state"`
+					ActiveAt string            `json:"activeAt"`
+				} `json:"alerts"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := p.get(ctx, "/api/v1/rules?type=alert", &data); err != nil {
+		return nil, err
+	}
+	var out []promAlert
+	for _, g := range data.Groups {
+		for _, r := range g.Rules {
+			if r.Name != alert {
+				continue
+			}
+			for _, a := range r.Alerts {
+				out = append(out, promAlert{Group: g.Name, State: a.State, ActiveAt: a.ActiveAt, Labels: a.Labels})
+			}
+		}
+	}
+	return out, nil
+}
+
+// promInfeasibleAlerts returns, per group, the state of CSIResizerVolumeInfeasible for the PVC
+// opsNS/pvc of csi-driver-host-path ("" when it has no active alert).
+func promInfeasibleAlerts(ctx context.Context, p *opsPrometheus, pvc string) (map[string]string, error) {
+	alerts, err := p.alerts(ctx, "CSIResizerVolumeInfeasible")
+	if err != nil {
+		return nil, err
+	}
+	states := map[string]string{}
+	for _, a := range alerts {
+		if a.Labels["namespace"] == opsNS && a.Labels["persistentvolumeclaim"] == pvc &&
+			a.Labels["driver_name"] == "hostpath.csi.k8s.io" && a.Labels["severity"] == "warning" {
+			states[a.Group] = a.State
+		}
+	}
+	return states, nil
+}
+
+// promWaitAlerts polls promInfeasibleAlerts until want holds (the state per group), and fails
+// the test with what was seen after timeout.
+func promWaitAlerts(t *testing.T, p *opsPrometheus, pvc string, timeout time.Duration, want map[string]string) {
+	t.Helper()
+	start := time.Now()
+	var got map[string]string
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if got, err = promInfeasibleAlerts(ctx, p, pvc); err != nil {
+			return false, nil
+		}
+		for g, s := range want {
+			if got[g] != s {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("prometheus %s: CSIResizerVolumeInfeasible for %s/%s per rule group: %v within %s, want %v: %v\n%s",
+			p.api, opsNS, pvc, got, timeout, want, err, p.logTail())
+	}
+	t.Logf("prometheus %s: CSIResizerVolumeInfeasible for %s/%s per rule group %v after %s",
+		p.api, opsNS, pvc, want, time.Since(start).Round(time.Second))
+}
+
+// promOperator runs the Prometheus Operator (hack/build-prometheus-operator.sh) with its CRDs
+// installed, out of the cluster with the admin kubeconfig, in the node's network namespace, and
+// applies the shipped monitoring kustomization (ServiceMonitors and PrometheusRule) in promNS, the
+// test's copy of the alert (shortFor) as a PrometheusRule beside it, and the shipped
+// csi-resizer-metrics Service in opsNS. The images the operator's StatefulSets run are imported
+// first (promImportImages).
+func promOperator(t *testing.T, c *Cluster, shortFor string) {
+	t.Helper()
+	dir := promBuild(t, "build-prometheus-operator.sh")
+	promImportImages(t, c, promBinary(t, "prometheus"), filepath.Join(dir, "prometheus-config-reloader"))
+	crds, err := filepath.Glob(filepath.Join(dir, "crds", "*.yaml"))
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("no CRDs in %s/crds: %v", dir, err)
+	}
+	args := []string{"apply", "--server-side"}
+	for _, f := range crds {
+		args = append(args, "-f", f)
+	}
+	if out, err := c.Kubectl(t, args...); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		del := []string{"delete", "--ignore-not-found", "--wait=true", "--timeout=120s"}
+		for _, f := range crds {
+			del = append(del, "-f", f)
+		}
+		if _, err := c.Kubectl(t, del...); err != nil {
+			t.Error(err)
+		}
+	})
+	// Not `kubectl wait`: it fails at once on a CRD that has no conditions yet.
+	for _, crd := range []string{"servicemonitors", "prometheusrules", "prometheuses"} {
+		var established string
+		err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			established, _ = c.Kubectl(t, "get", "crd", crd+".monitoring.coreos.com",
+				"-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+			return established == "True", nil
+		})
+		if err != nil {
+			t.Fatalf("CRD %s.monitoring.coreos.com not Established within 1m (%q): %v", crd, established, err)
+		}
+	}
+	promStartOperator(t, c, filepath.Join(dir, "operator"))
+	promApplyMonitoring(t, c, shortFor)
+}
+
+// promStartOperator starts the operator in the node's network namespace and stops it at cleanup.
+func promStartOperator(t *testing.T, c *Cluster, bin string) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "operator.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// --kubelet-service off: it would maintain a kubelet Service in kube-system for nothing.
+	// KUBECONFIG: the operator's out-of-cluster mode (pkg/k8sutil reads it).
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+c.env["NETNS"], "--", bin,
+		"--web.listen-address="+c.NodeIP+":18080", "--kubelet-service=", "--log-level=info",
+		"--prometheus-config-reloader="+promReloaderImage)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("prometheus-operator log (tail):\n%s", tail(string(b), 40))
+		}
+	})
+	t.Logf("prometheus-operator (%s) running out of the cluster with the admin kubeconfig", promVersion(bin))
+}
+
+// promApplyMonitoring applies the shipped monitoring objects, the test's PrometheusRule and the
+// shipped metrics Service; promInCluster's Prometheus object selects them.
+func promApplyMonitoring(t *testing.T, c *Cluster, shortFor string) {
+	t.Helper()
+	copyRule := promShortForRule(t, shortFor)
+	monitoring := opsRender(t, c, map[string]string{"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: ` + promNS + `
+resources:
+- $REPO/deploy/kubernetes/monitoring
+`})
+	service := opsRender(t, c, map[string]string{"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: ` + opsNS + `
+resources:
+- $REPO/deploy/kubernetes/monitoring/csi-resizer-service
+`})
+	for _, objects := range []string{monitoring, copyRule, service} {
+		if out, err := c.KubectlWithInput(t, objects, "apply", "-f", "-"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	t.Cleanup(func() {
+		for _, objects := range []string{service, copyRule, monitoring} {
+			if _, err := c.KubectlWithInput(t, objects, "delete", "--ignore-not-found", "--wait=true", "--timeout=120s", "-f", "-"); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
+// promScrapers starts the two ways an SRE scrapes the replicas, each with the shipped alerting
+// rules and the test's short-`for` copy of CSIResizerVolumeInfeasible: the README's
+// kubernetes_sd_configs line (opsScrapePrometheus, scrape pool csi-resizer) and the operator's
+// Prometheus in the cluster, configured from the shipped ServiceMonitor (scrape pool
+// serviceMonitor/ops-monitoring/csi-resizer/0). It returns them once each has discovered every
+// replica and scrapes it up (the README's first: the recovery counter is read there).
+func promScrapers(t *testing.T, c *Cluster) []*opsPrometheus {
+	t.Helper()
+	kubeconfig := promServiceAccount(t, c)
+	rules := promRuleFiles(t, t.TempDir())
+	readme := opsScrapePrometheus(t, c, kubeconfig, rules)
+	promOperator(t, c, rules[1])
+	operated := promInCluster(t, c)
+	promWaitDiscovered(t, c, readme, "csi-resizer", time.Minute)
+	// The ServiceMonitor's interval is 30s: the first scrape may come that late.
+	promWaitDiscovered(t, c, operated, "serviceMonitor/"+promNS+"/csi-resizer/0", 2*time.Minute)
+	return []*opsPrometheus{readme, operated}
+}
+
+// promAlertsFire waits, in each Prometheus, for the test's copy of CSIResizerVolumeInfeasible to
+// fire for the PVC opsNS/pvc and the shipped rule (for: 15m) to be pending for it.
+func promAlertsFire(t *testing.T, proms []*opsPrometheus, pvc string) {
+	t.Helper()
+	for _, p := range proms {
+		promWaitAlerts(t, p, pvc, 2*time.Minute, map[string]string{
+			"csi-resizer.alerts": "pending", "csi-resizer.alerts.short-for": "firing"})
+	}
+}
+
+// promAlertsResolve waits, in each Prometheus, until neither rule has an alert for opsNS/pvc.
+func promAlertsResolve(t *testing.T, proms []*opsPrometheus, pvc string) {
+	t.Helper()
+	for _, p := range proms {
+		promWaitAlerts(t, p, pvc, 2*time.Minute, map[string]string{
+			"csi-resizer.alerts": "", "csi-resizer.alerts.short-for": ""})
+	}
+}
+
+// Images of the built prometheus and prometheus-config-reloader, for the operator's StatefulSet.
+const (
+	promImage         = "localhost/prometheus:v3.16.0"
+	promReloaderImage = "localhost/prometheus-config-reloader:v0.85.0"
+)
+
+// promImportImages assembles images of the built prometheus and prometheus-config-reloader
+// offline, as hack/cluster/build-images.sh assembles the driver's (test/images/cmd/assemble-image:
+// the binary, /tmp, its entrypoint, no base), and imports them into the node's containerd: the
+// operator's StatefulSet runs them under these names, with imagePullPolicy Never.
+func promImportImages(t *testing.T, c *Cluster, promBin, reloaderBin string) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/assemble-image")
+	build.Dir = filepath.Join(root, "test", "images")
+	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build test/images/cmd/assemble-image: %v\n%s", err, out)
+	}
+	for _, img := range []struct{ tag, bin, path string }{
+		{promImage, promBin, "/bin/prometheus"},
+		{promReloaderImage, reloaderBin, "/bin/prometheus-config-reloader"},
+	} {
+		tar := filepath.Join(dir, filepath.Base(img.path)+".tar")
+		out, err := exec.Command(filepath.Join(dir, "assemble-image"), "--tag", img.tag, "--out", tar,
+			"--user", "65534:65534", "--entrypoint", fmt.Sprintf("[%q]", img.path),
+			"--layer", "COPY "+filepath.Base(img.path)+" (hack/build-prometheus*.sh)",
+			"--file", img.path+"="+img.bin+",mode=0755", "--dir", "/tmp,mode=1777").CombinedOutput()
+		if err != nil {
+			t.Fatalf("assemble %s: %v\n%s", img.tag, err, out)
+		}
+		if out, err := c.InNode(t, c.env["CTR"], "--address", c.env["CONTAINERD_SOCK"], "-n", "k8s.io", "images", "import",
+			"--snapshotter", c.env["SNAPSHOTTER"], "--local", tar); err != nil {
+			t.Fatalf("import %s: %v\n%s", img.tag, err, out)
+		}
+	}
+}
+
+// promInCluster has the operator run a Prometheus in the cluster, the way it does for users: a
+// Prometheus object "incluster" selecting the shipped ServiceMonitor and PrometheusRule, whose
+// StatefulSet runs the imported images as promSA (in-cluster credentials, no apiserverConfig),
+// with the init container and the config reloader next to Prometheus. A NodePort Service
+// reaches its API from the machine. Returns it once the API is ready.
+func promInCluster(t *testing.T, c *Cluster) *opsPrometheus {
+	t.Helper()
+	objects := fmt.Sprintf(`apiVersion: monitoring.coreos.com/v1
+kind: Prometheus
+metadata: {name: incluster, namespace: %[1]s}
+spec:
+  replicas: 1
+  version: v3.16.0
+  image: %[2]s
+  imagePullPolicy: Never
+  serviceAccountName: %[3]s
+  evaluationInterval: 2s
+  serviceMonitorNamespaceSelector: {}
+  serviceMonitorSelector: {matchLabels: {app.kubernetes.io/part-of: csi-resizer}}
+  ruleNamespaceSelector: {}
+  ruleSelector: {matchLabels: {prometheus: k8s, role: alert-rules}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: prometheus-incluster-api, namespace: %[1]s}
+spec:
+  type: NodePort
+  selector: {operator.prometheus.io/name: incluster}
+  ports: [{name: web, port: 9090, targetPort: web}]
+`, promNS, promImage, promSA)
+	if out, err := c.KubectlWithInput(t, objects, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if _, err := c.KubectlWithInput(t, objects, "delete", "--ignore-not-found", "--wait=true", "--timeout=120s", "-f", "-"); err != nil {
+			t.Error(err)
+		}
+	})
+	start := time.Now()
+	ctx := context.Background()
+	svc, err := c.Client.CoreV1().Services(promNS).Get(ctx, "prometheus-incluster-api", metav1.GetOptions{})
+	if err != nil || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].NodePort == 0 {
+		t.Fatalf("Service %s/prometheus-incluster-api has no node port: %v %+v", promNS, err, svc)
+	}
+	p := &opsPrometheus{api: fmt.Sprintf("http://%s:%d", c.NodeIP, svc.Spec.Ports[0].NodePort)}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.api+"/-/ready", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		pods, _ := c.Kubectl(t, "-n", promNS, "get", "pods,statefulsets", "-o", "wide")
+		desc, _ := c.Kubectl(t, "-n", promNS, "describe", "pods", "-l", "operator.prometheus.io/name=incluster")
+		t.Fatalf("the operator's Prometheus %s/incluster is not ready at %s within 3m: %v\n%s\n%s", promNS, p.api, err, pods, tail(desc, 40))
+	}
+	t.Logf("the operator's Prometheus %s/incluster (StatefulSet prometheus-incluster, images %s and %s) ready in %s at %s",
+		promNS, promImage, promReloaderImage, time.Since(start).Round(time.Second), p.api)
+	return p
+}
+
+// promShortForRule is a PrometheusRule of the test's copy of CSIResizerVolumeInfeasible (the file
+// shortFor), labelled as the shipped one, so that the operator gives it to every Prometheus it
+// configures.
+func promShortForRule(t *testing.T, shortFor string) string {
+	t.Helper()
+	data, err := os.ReadFile(shortFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	if err := yaml.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(map[string]any{
+		"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+		"metadata": map[string]any{"name": "csi-resizer-short-for", "namespace": promNS,
+			"labels": map[string]string{"prometheus": "k8s", "role": "alert-rules"}},
+		"spec": spec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
