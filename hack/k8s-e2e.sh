@@ -108,7 +108,8 @@ focus_ephemeral="$driver \\[Testpattern: Generic Ephemeral-volume.*ephemeral sho
 focus_quota='ResourceQuota \[FeatureGate:VolumeAttributesClass\]'
 # Windows patterns (ntfs) cannot run on this Linux node.
 skip='\[Feature:Windows\]'
-# Two e2e.test processes run side by side, one on the mock driver, one on csi-driver-host-path:
+# Two e2e.test processes run side by side, one on the mock driver (with the ResourceQuota specs),
+# one on csi-driver-host-path:
 # they share nothing but the node, and the specs spend their time waiting for the cluster.
 if $ci; then
   focus_mock_group=("$focus_recovery")
