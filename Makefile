@@ -184,10 +184,10 @@ cluster-deploy-hostpath: ## deploy csi-driver-host-path on the running cluster w
 # csi-resizer and upstream's. Root.
 .PHONY: test-k8s-e2e test-k8s-e2e-ci
 K8S_E2E_RESIZERS ?= ours
-test-k8s-e2e: ## Kubernetes' own storage e2e tests (CSI Mock volume expansion, volume-expand, volume-modify of e2e.test v1.36.3) with our csi-resizer and upstream's; rewrites docs/k8s-e2e.md's table
+test-k8s-e2e: ## Kubernetes' own storage e2e tests (every resize/modify spec of e2e.test v1.36.3 that runs on one node: CSI Mock volume expansion, volume-expand, volume-modify(-stress), ephemeral expansion, VAC ResourceQuota) with our csi-resizer and upstream's; rewrites docs/k8s-e2e.md's table
 	bash hack/k8s-e2e.sh
 
-test-k8s-e2e-ci: ## the subset of test-k8s-e2e CI runs (Expansion with recovery, volume-expand), with K8S_E2E_RESIZERS (default: ours, as make check runs it; "ours upstream" for both), docs untouched
+test-k8s-e2e-ci: ## the subset of test-k8s-e2e CI runs (Expansion with recovery, volume-expand, volume-modify), with K8S_E2E_RESIZERS (default: ours, as make check runs it; "ours upstream" for both), docs untouched
 	K8S_E2E_RESIZERS='$(K8S_E2E_RESIZERS)' bash hack/k8s-e2e.sh --ci
 
 # make check runs these stages (hack/check.sh): verify-mod alone (it rewrites vendor/ in place),

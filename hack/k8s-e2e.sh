@@ -7,10 +7,14 @@
 #   - CSI Mock volume expansion (csimock/csi_volume_expansion.go): the framework deploys its mock
 #     driver from the manifests inside e2e.test; the csi-resizer is whatever containerd has as
 #     registry.k8s.io/sig-storage/csi-resizer:v2.1.0, the name those manifests use;
-#   - volume-expand and volume-modify (testsuites/) through the external driver framework
+#   - volume-expand, volume-modify, volume-modify-stress and the generic ephemeral volume
+#     expansion spec (testsuites/) through the external driver framework
 #     (-storage.testdriver=test/k8s-e2e/hostpath/test-driver.yaml) against csi-driver-host-path
 #     deployed by hack/cluster/deploy-hostpath.sh, whose resizer is whatever containerd has as
-#     registry.k8s.io/sig-storage/csi-resizer:v2.2.1.
+#     registry.k8s.io/sig-storage/csi-resizer:v2.2.1;
+#   - the ResourceQuota specs of a PVC's VolumeAttributesClass (apimachinery/resource_quota.go),
+#     whose PV is another driver's: no resizer may touch it.
+# docs/k8s-e2e.md lists every resize or modify spec of e2e.test and why those left out are.
 #
 # "ours" is the product image, built by the Dockerfile's recipe (hack/cluster/build-images.sh,
 # checked by TestProductImageMatchesDockerfile), the one users deploy; "upstream" is the released
@@ -26,7 +30,8 @@
 # "differs" note.
 #
 # Usage: hack/k8s-e2e.sh [--ci|--table]
-#   --ci: only the subset CI runs (Expansion with recovery, volume-expand), and no docs/ change.
+#   --ci: only the subset CI runs (Expansion with recovery, volume-expand, volume-modify without
+#         the [Slow] stress specs), and no docs/ change.
 #   --table: no run; the table and docs/k8s-e2e.md again from the last full run's reports.
 # Environment:
 #   CLUSTER_NAME/CLUSTER_NET/CLUSTER_VETH  the cluster (default csi-resizer-k8s-e2e, 10.213.2,
@@ -90,17 +95,28 @@ driver='External Storage \[Driver: hostpath\.csi\.k8s\.io\]'
 focus_recovery='CSI Mock volume expansion Expansion with recovery'
 focus_mock='CSI Mock volume expansion'
 focus_expand="$driver.*volume-expand"
+# volume-modify and volume-modify-stress (the stress specs need test-driver.yaml's
+# VolumeModifyStressTestOptions).
 focus_modify="$driver.*volume-modify"
+# CI's: volume-modify without the [Slow] stress specs.
+focus_modify_ci="$driver.*volume-modify \\["
+# The generic ephemeral volume patterns only: the spec skips itself for CSI inline volumes, which
+# have no PVC to expand.
+focus_ephemeral="$driver \\[Testpattern: Generic Ephemeral-volume.*ephemeral should support expansion of pvcs created for ephemeral pvcs"
+# A PVC's class changed on the API alone (its PV is of the driver fake.csi.k8s.io, which no
+# resizer here serves): each resizer must leave it alone while the quota follows the class.
+focus_quota='ResourceQuota \[FeatureGate:VolumeAttributesClass\]'
 # Windows patterns (ntfs) cannot run on this Linux node.
 skip='\[Feature:Windows\]'
-# Two e2e.test processes run side by side, one on the mock driver, one on csi-driver-host-path:
+# Two e2e.test processes run side by side, one on the mock driver (with the ResourceQuota specs),
+# one on csi-driver-host-path:
 # they share nothing but the node, and the specs spend their time waiting for the cluster.
 if $ci; then
   focus_mock_group=("$focus_recovery")
-  focus_driver_group=("$focus_expand")
+  focus_driver_group=("$focus_expand" "$focus_modify_ci")
 else
-  focus_mock_group=("$focus_mock")
-  focus_driver_group=("$focus_expand" "$focus_modify")
+  focus_mock_group=("$focus_mock" "$focus_quota")
+  focus_driver_group=("$focus_expand" "$focus_modify" "$focus_ephemeral")
 fi
 # One spec or suite instead (a -ginkgo.focus regexp each; "-" runs none of that group).
 if [[ -n "${K8S_E2E_FOCUS_MOCK:-}${K8S_E2E_FOCUS_DRIVER:-}" ]]; then
