@@ -5,8 +5,6 @@ package bench
 import (
 	"fmt"
 	"strings"
-
-
 )
 
 // BenchmarkRealNode's part of the report (realnode_test.go): the markdown section "On the real
