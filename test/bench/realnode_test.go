@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -435,17 +436,28 @@ func watchClaimEvents(b *testing.B, c *cluster.Cluster, ns string) *claimEvents 
 		if !ok {
 			return
 		}
-		now := time.Now()
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.seen[ev.Reason] == nil {
-			e.seen[ev.Reason] = map[string]time.Time{}
-		}
-		if _, ok := e.seen[ev.Reason][ev.InvolvedObject.Name]; !ok {
-			e.seen[ev.Reason][ev.InvolvedObject.Name] = now
-		}
+		e.first(ev.Reason, ev.InvolvedObject.Name, time.Now())
 	}
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Event{}, 0, cache.Indexers{})
+	runInformer(b, lw, &corev1.Event{}, record, "event")
+	return e
+}
+
+// first records t for reason and claim unless a time is recorded already.
+func (e *claimEvents) first(reason, claim string, t time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.seen[reason] == nil {
+		e.seen[reason] = map[string]time.Time{}
+	}
+	if _, ok := e.seen[reason][claim]; !ok {
+		e.seen[reason][claim] = t
+	}
+}
+
+// runInformer runs an informer of lw calling record on each added or updated object until the
+// benchmark ends, and returns once it has synced.
+func runInformer(b *testing.B, lw cache.ListerWatcher, obj runtime.Object, record func(any), what string) {
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }}); err != nil {
 		b.Fatal(err)
 	}
@@ -453,9 +465,8 @@ func watchClaimEvents(b *testing.B, c *cluster.Cluster, ns string) *claimEvents 
 	b.Cleanup(func() { close(stop) })
 	go inf.Run(stop)
 	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
-		b.Fatal("the event informer did not sync")
+		b.Fatalf("the %s informer did not sync", what)
 	}
-	return e
 }
 
 // watchClaimStatus records in e, under nodeResizePending, when each PVC of ns first showed
@@ -472,26 +483,9 @@ func watchClaimStatus(b *testing.B, c *cluster.Cluster, ns string, e *claimEvent
 		if pvc.Status.AllocatedResourceStatuses[corev1.ResourceStorage] != corev1.PersistentVolumeClaimNodeResizePending && capacity.Cmp(size) < 0 {
 			return
 		}
-		now := time.Now()
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.seen[nodeResizePending] == nil {
-			e.seen[nodeResizePending] = map[string]time.Time{}
-		}
-		if _, ok := e.seen[nodeResizePending][pvc.Name]; !ok {
-			e.seen[nodeResizePending][pvc.Name] = now
-		}
+		e.first(nodeResizePending, pvc.Name, time.Now())
 	}
-	inf := cache.NewSharedIndexInformer(lw, &corev1.PersistentVolumeClaim{}, 0, cache.Indexers{})
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, o any) { record(o) }}); err != nil {
-		b.Fatal(err)
-	}
-	stop := make(chan struct{})
-	b.Cleanup(func() { close(stop) })
-	go inf.Run(stop)
-	if !cache.WaitForCacheSync(stop, inf.HasSynced) {
-		b.Fatal("the PVC informer did not sync")
-	}
+	runInformer(b, lw, &corev1.PersistentVolumeClaim{}, record, "PVC")
 }
 
 func (e *claimEvents) all(reason string, claims []string) (bool, string) {
