@@ -3,6 +3,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -282,4 +283,26 @@ func checkVersion(t *testing.T, c *Cluster, pod, container, anchor, program stri
 	if last(got) == "" || last(got) != last(string(want)) {
 		t.Errorf("container %s runs %q; the anchor %s is %q", container, strings.TrimSpace(got), anchor, strings.TrimSpace(string(want)))
 	}
+}
+
+// hackBuild runs a cached build script of hack/ and returns the directory it prints last.
+func hackBuild(t *testing.T, script string) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "hack", script))
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/%s: %v\n%s", script, err, tail(stderr.String(), 30))
+	}
+	dir := tail(string(out), 1)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Logf("hack/%s built %s in %s", script, dir, d.Round(time.Second))
+	}
+	return dir
 }

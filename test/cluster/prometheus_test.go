@@ -3,7 +3,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -40,32 +39,10 @@ const (
 	promShortFor = "10s"
 )
 
-// promBuild runs a cached build script of hack/ and returns the directory it prints last.
-func promBuild(t *testing.T, script string) string {
-	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	var stderr bytes.Buffer
-	cmd := exec.Command("bash", filepath.Join(root, "hack", script))
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("hack/%s: %v\n%s", script, err, tail(stderr.String(), 30))
-	}
-	dir := tail(string(out), 1)
-	if d := time.Since(start); d > 5*time.Second {
-		t.Logf("hack/%s built %s in %s", script, dir, d.Round(time.Second))
-	}
-	return dir
-}
-
 // promBinary is the prometheus (or promtool) of hack/build-prometheus.sh.
 func promBinary(t *testing.T, name string) string {
 	t.Helper()
-	return filepath.Join(promBuild(t, "build-prometheus.sh"), name)
+	return filepath.Join(hackBuild(t, "build-prometheus.sh"), name)
 }
 
 // promVersion is the first line of `prometheus --version`.

@@ -152,11 +152,7 @@ func installHelm(t *testing.T, c *Cluster) {
 	}
 	helmBin := os.Getenv("HELM")
 	if helmBin == "" {
-		out, err := exec.Command("bash", filepath.Join(root, "hack", "build-helm.sh")).Output()
-		if err != nil {
-			t.Fatalf("hack/build-helm.sh: %v", err)
-		}
-		helmBin = tail(string(out), 1)
+		helmBin = hackBuild(t, "build-helm.sh")
 	}
 	home := t.TempDir()
 	helm := func(args ...string) (string, error) {
