@@ -188,13 +188,25 @@ interrupted() {
 }
 trap interrupted INT TERM
 
+# why_failed STAGE: the lines of its log that say why it failed (a panic and its first frames, a
+# failed test and the file:line messages above it, a build error), at most 30, so that the end of
+# make check's output, which is all some CI views keep, names the cause and not only the stage.
+why_failed() {
+  echo
+  echo "make check: why $1 failed (from $LOGS/$1.log)"
+  grep -E -A4 '^(panic:|fatal error:)' "$LOGS/$1.log" | head -n 10 || true
+  grep -E '^[[:space:]]*(--- FAIL|[[:alnum:]_./-]+\.go:[0-9]+:)|^FAIL[[:space:]]|signal: killed|^make(\[[0-9]+\])?: \*\*\*' "$LOGS/$1.log" |
+    cut -c1-300 | tail -n 20 || true
+}
+
 summary() {
   local verdict=$1 stage lane secs result
   echo
   echo "make check: the go test summary lines of every stage"
   while read -r stage _; do
-    grep -hE '^(ok|FAIL|--- FAIL)[[:space:]]' "$LOGS/$stage.log" || true
+    grep -hE '^(ok|FAIL)[[:space:]]|^--- FAIL:' "$LOGS/$stage.log" || true
   done <"$state/times"
+  [[ -z "${failed_stage:-}" ]] || why_failed "$failed_stage"
   echo
   echo "make check: stages (lane, result, time)"
   while read -r stage lane secs result; do
@@ -206,6 +218,7 @@ summary() {
 # 1. verify-mod, alone.
 for stage in "${first[@]}"; do
   if ! run_stage main "$stage"; then
+    failed_stage=$stage
     summary "make check: FAIL: stage $stage failed; its log: $LOGS/$stage.log"
     exit 1
   fi
@@ -247,6 +260,7 @@ fi
 wall=$(($(date +%s) - check_start))
 if [[ -e "$state/failed/stage" ]]; then
   read -r stage lane <"$state/failed/stage"
+  failed_stage=$stage
   summary "make check: FAIL: stage $stage ($lane lane) failed after $(duration "$wall"); its log: $LOGS/$stage.log"
   exit 1
 elif $failed; then
