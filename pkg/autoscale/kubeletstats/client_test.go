@@ -350,3 +350,21 @@ func TestSummaryConnectionRefusedAndNoEndpoint(t *testing.T) {
 		t.Fatalf("ReasonOf does not see through the error")
 	}
 }
+
+func TestSummaryRedirectNotFollowed(t *testing.T) {
+	// Whatever a redirect points at must not get the token.
+	ca := newTestCA(t, "kubelet-ca")
+	thief := &recorder{body: fixture(t)}
+	thiefPort := kubeletServer(t, localCert(t, ca), thief)
+	port := kubeletServer(t, localCert(t, ca), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "https://127.0.0.1:"+strconv.Itoa(int(thiefPort))+"/stats/summary", http.StatusFound)
+	}))
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeToken(t, tokenFile, "secret")
+	c := newTestClient(t, Options{CAFile: ca.file, TokenFile: tokenFile})
+	_, err := c.Summary(context.Background(), testNode("node-a", port))
+	wantError(t, err, ReasonStatus, "node node-a", "HTTP 302")
+	if got := thief.seen(); len(got) != 0 {
+		t.Fatalf("the redirect was followed: %q", got)
+	}
+}
