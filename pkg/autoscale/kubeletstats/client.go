@@ -167,6 +167,13 @@ func (c *Client) Summary(ctx context.Context, node *v1.Node) (*statsv1alpha1.Sum
 		return nil, &Error{Node: node.Name, Address: addr, Reason: ReasonDecode,
 			Err: fmt.Errorf("decoding the summary: %w", err), Hint: "the port answered, but not with a kubelet Summary"}
 	}
+	// The kubelet names its node in the summary. Another name means the address reached some
+	// other node's kubelet (a stale or reused address): its numbers are not this node's.
+	if summary.Node.NodeName != "" && summary.Node.NodeName != node.Name {
+		return nil, &Error{Node: node.Name, Address: addr, Reason: ReasonWrongNode,
+			Err:  fmt.Errorf("the kubelet there is node %s's", summary.Node.NodeName),
+			Hint: "the Node's address is stale or used by another node; check status.addresses and --kubelet-preferred-address-types"}
+	}
 	return &summary, nil
 }
 

@@ -368,3 +368,12 @@ func TestSummaryRedirectNotFollowed(t *testing.T) {
 		t.Fatalf("the redirect was followed: %q", got)
 	}
 }
+
+func TestSummaryFromAnotherNode(t *testing.T) {
+	// node-b's address now belongs to node-a (say, a replaced cloud instance): its numbers must
+	// not be taken as node-b's.
+	ca := newTestCA(t, "kubelet-ca")
+	port := kubeletServer(t, localCert(t, ca), summaryHandler(fixture(t)))
+	_, err := newTestClient(t, Options{CAFile: ca.file}).Summary(context.Background(), testNode("node-b", port))
+	wantError(t, err, ReasonWrongNode, "node node-b", "node node-a's", "status.addresses")
+}

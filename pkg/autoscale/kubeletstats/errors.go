@@ -27,6 +27,7 @@ const (
 	ReasonTooLarge     Reason = "TooLarge"     // the answer passed the size limit
 	ReasonStatus       Reason = "HTTPStatus"   // another non-200 answer
 	ReasonDecode       Reason = "Decode"       // the answer is not a Summary
+	ReasonWrongNode    Reason = "WrongNode"    // another node's kubelet answered
 	ReasonCanceled     Reason = "Canceled"     // the caller gave up (shutdown, lost leadership)
 )
 

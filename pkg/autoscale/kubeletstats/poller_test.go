@@ -1,6 +1,7 @@
 package kubeletstats
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -55,7 +56,8 @@ func (g *gate) handler(node string) http.HandlerFunc {
 		if !g.hold(r.Context()) {
 			return
 		}
-		summaryHandler(g.body)(w, r)
+		// Each stand-in answers as its own node, as a kubelet does.
+		summaryHandler(bytes.Replace(g.body, []byte(`"nodeName": "node-a"`), []byte(`"nodeName": "`+node+`"`), 1))(w, r)
 	}
 }
 
