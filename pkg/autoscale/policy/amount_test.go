@@ -86,9 +86,9 @@ func TestAmountOf(t *testing.T) {
 		up, want int64
 	}{
 		{PercentAmount(1000), 10 << 30, 1, 1 << 30},
-		{PercentAmount(1000), 15, 1, 2},  // 1.5 up
-		{PercentAmount(1000), 15, 0, 1},  // 1.5 down
-		{PercentAmount(1000), 0, 1, 0},   // nothing of nothing
+		{PercentAmount(1000), 15, 1, 2}, // 1.5 up
+		{PercentAmount(1000), 15, 0, 1}, // 1.5 down
+		{PercentAmount(1000), 0, 1, 0},  // nothing of nothing
 		{BytesAmount(5 << 30), 1, 0, 5 << 30},
 		{PercentAmount(100000), math.MaxInt64, 1, math.MaxInt64}, // 1000% of the largest saturates
 	} {

@@ -85,20 +85,35 @@ type Decision struct {
 	Problems []Problem
 }
 
-// volume is what Decide reads of the PVC, in bytes.
+// volume is what Decide reads of the PVC: sizes in bytes for the rules, and the request and
+// capacity as written, for the sentences.
 type volume struct {
-	spec, capacity int64
-	state          v1.ClaimResourceStatus
-	phase          v1.PersistentVolumeClaimPhase
+	spec, capacity   int64
+	specQ, capacityQ resource.Quantity
+	state            v1.ClaimResourceStatus
+	phase            v1.PersistentVolumeClaimPhase
 }
 
 func observe(pvc *v1.PersistentVolumeClaim) volume {
+	spec := pvc.Spec.Resources.Requests[v1.ResourceStorage]
+	capacity := pvc.Status.Capacity[v1.ResourceStorage]
 	return volume{
-		spec:     bytesOf(pvc.Spec.Resources.Requests[v1.ResourceStorage]),
-		capacity: bytesOf(pvc.Status.Capacity[v1.ResourceStorage]),
-		state:    pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage],
-		phase:    pvc.Status.Phase,
+		spec:      bytesOf(spec),
+		capacity:  bytesOf(capacity),
+		specQ:     spec.DeepCopy(),
+		capacityQ: capacity.DeepCopy(),
+		state:     pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage],
+		phase:     pvc.Status.Phase,
 	}
+}
+
+// request and capacity write the sizes as the PVC has them ("10G" stays "10G").
+func (v volume) request() string {
+	return v.specQ.String()
+}
+
+func (v volume) capacityText() string {
+	return v.capacityQ.String()
 }
 
 // bytesOf reads a quantity as bytes, clamped to [0, MaxInt64].
@@ -113,7 +128,7 @@ func bytesOf(q resource.Quantity) int64 {
 }
 
 func (v volume) skip(r Reason, format string, args ...any) Decision {
-	return Decision{Action: Skip, Reason: r, From: quantity(v.spec), Message: fmt.Sprintf(format, args...)}
+	return Decision{Action: Skip, Reason: r, From: v.specQ.DeepCopy(), Message: fmt.Sprintf(format, args...)}
 }
 
 // Decide is the autoscaler's decision for one PVC (docs/autoscaler.md, "Decision"). The rules

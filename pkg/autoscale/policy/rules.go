@@ -18,7 +18,7 @@ func decideInfeasible(in Input, v volume, last *Record) (Decision, bool) {
 	case v1.PersistentVolumeClaimNodeResizeInfeasible:
 		return v.skip(SkipInfeasible, "the node could not grow the file system to %s (NodeResizeInfeasible): "+
 			"the resizer hands it back to the node and a lower request would not undo what the backend grew; check the kubelet's log on the node",
-			qstr(v.spec)), true
+			v.request()), true
 	case v1.PersistentVolumeClaimControllerResizeInfeasible:
 	default:
 		return Decision{}, false
@@ -26,20 +26,20 @@ func decideInfeasible(in Input, v volume, last *Record) (Decision, bool) {
 	switch {
 	case last == nil || bytesOf(last.To) != v.spec:
 		return v.skip(SkipInfeasible, "the driver refused %s (ControllerResizeInfeasible), a request the autoscaler did not write: "+
-			"left to whoever set it (lower it to a size above the capacity %s to recover)", qstr(v.spec), qstr(v.capacity)), true
+			"left to whoever set it (lower it to a size above the capacity %s to recover)", v.request(), v.capacityText()), true
 	case last.Reason == ReasonRecover:
 		return v.skip(SkipInfeasible, "the driver refused %s too, the request the autoscaler lowered to after it refused %s: "+
-			"set a request the driver accepts by hand", qstr(v.spec), last.From.String()), true
+			"set a request the driver accepts by hand", v.request(), last.From.String()), true
 	}
 	to := roundUpMiB(v.capacity + 1)
 	if v.capacity == math.MaxInt64 || to >= v.spec {
 		return v.skip(SkipInfeasible, "the driver refused %s (ControllerResizeInfeasible) and no whole MiB between the capacity %s and it is left to lower the request to: "+
-			"set a request the driver accepts by hand", qstr(v.spec), qstr(v.capacity)), true
+			"set a request the driver accepts by hand", v.request(), v.capacityText()), true
 	}
-	r := Record{Time: in.Now, From: quantity(v.spec), To: quantity(to), Reason: ReasonRecover}
-	return Decision{Action: Recover, Reason: ReasonRecover, From: quantity(v.spec), To: quantity(to), Record: FormatRecord(r),
+	r := Record{Time: in.Now, From: v.specQ.DeepCopy(), To: quantity(to), Reason: ReasonRecover}
+	return Decision{Action: Recover, Reason: ReasonRecover, From: v.specQ.DeepCopy(), To: quantity(to), Record: FormatRecord(r),
 		Message: fmt.Sprintf("the driver refused %s (ControllerResizeInfeasible): lower the request %s -> %s, the smallest whole MiB above the capacity %s, "+
-			"and hold the volume there (remove annotation %s to let it grow again)", qstr(v.spec), qstr(v.spec), qstr(to), qstr(v.capacity), AnnLastResize),
+			"and hold the volume there (remove annotation %s to let it grow again)", v.request(), v.request(), qstr(to), v.capacityText(), AnnLastResize),
 	}, true
 }
 
@@ -51,7 +51,7 @@ func decideInfeasible(in Input, v volume, last *Record) (Decision, bool) {
 func decideInFlight(in Input, v volume, last *Record) (Decision, bool) {
 	ours := last != nil && last.Reason != ReasonRecover && bytesOf(last.To) == v.spec
 	if v.state != "" || v.spec > v.capacity {
-		what := fmt.Sprintf("the resize to %s is not done (capacity %s%s)", qstr(v.spec), qstr(v.capacity), stateText(v.state))
+		what := fmt.Sprintf("the resize to %s is not done (capacity %s%s)", v.request(), v.capacityText(), stateText(v.state))
 		if ours && waitOver(in, last) {
 			return v.skip(SkipResizeWaitExpired, "%s %s after the autoscaler asked for it: check the PVC's conditions and events and the resizer; "+
 				"remove annotation %s to let the autoscaler go on", what, in.Settings.ResizeWait, AnnLastResize), true
@@ -130,9 +130,9 @@ func decideGrowth(in Input, v volume, last *Record) Decision {
 	if usable(in.Stats) {
 		fs = in.Stats.CapacityBytes
 	}
-	r := Record{Time: in.Now, From: quantity(v.spec), To: quantity(to), Reason: w.reason, FSCapacity: fs}
-	return Decision{Action: Resize, Reason: w.reason, From: quantity(v.spec), To: quantity(to), Record: FormatRecord(r),
-		Message: fmt.Sprintf("%s: grow %s -> %s%s", w.why, qstr(v.spec), qstr(to), clamp)}
+	r := Record{Time: in.Now, From: v.specQ.DeepCopy(), To: quantity(to), Reason: w.reason, FSCapacity: fs}
+	return Decision{Action: Resize, Reason: w.reason, From: v.specQ.DeepCopy(), To: quantity(to), Record: FormatRecord(r),
+		Message: fmt.Sprintf("%s: grow %s -> %s%s", w.why, v.request(), qstr(to), clamp)}
 }
 
 // thresholdWant compares the free bytes and inodes with the thresholds. The step is
