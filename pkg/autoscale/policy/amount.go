@@ -154,10 +154,11 @@ func quantity(n int64) resource.Quantity {
 	return *resource.NewQuantity(n, resource.BinarySI)
 }
 
-// roundUpMiB rounds n up to a whole MiB, saturating below MaxInt64.
+// roundUpMiB rounds n up to a whole MiB; a size with no whole MiB above it in an int64 becomes
+// MaxInt64, which the limit then clamps (rounding must never go down).
 func roundUpMiB(n int64) int64 {
-	if n > math.MaxInt64-MiB {
-		return math.MaxInt64 / MiB * MiB
+	if n > math.MaxInt64/MiB*MiB {
+		return math.MaxInt64
 	}
 	return (n + MiB - 1) / MiB * MiB
 }

@@ -101,7 +101,8 @@ func TestAmountOf(t *testing.T) {
 func TestRoundUpMiB(t *testing.T) {
 	for in, want := range map[int64]int64{
 		0: 0, 1: MiB, MiB: MiB, MiB + 1: 2 * MiB, 10e9: 9537 * MiB,
-		math.MaxInt64: math.MaxInt64 / MiB * MiB, // saturates on a whole MiB, below the largest
+		math.MaxInt64/MiB*MiB + 1: math.MaxInt64, // no whole MiB above: saturates, never rounds down
+		math.MaxInt64:             math.MaxInt64,
 	} {
 		if got := roundUpMiB(in); got != want {
 			t.Errorf("roundUpMiB(%d) = %d, want %d", in, got, want)

@@ -31,8 +31,8 @@ func decideInfeasible(in Input, v volume, last *Record) (Decision, bool) {
 		return v.skip(SkipInfeasible, "the driver refused %s too, the request the autoscaler lowered to after it refused %s: "+
 			"set a request the driver accepts by hand", v.request(), last.From.String()), true
 	}
-	to := roundUpMiB(v.capacity + 1)
-	if v.capacity == math.MaxInt64 || to >= v.spec {
+	to := roundUpMiB(min(v.capacity, math.MaxInt64-1) + 1)
+	if to <= v.capacity || to >= v.spec {
 		return v.skip(SkipInfeasible, "the driver refused %s (ControllerResizeInfeasible) and no whole MiB between the capacity %s and it is left to lower the request to: "+
 			"set a request the driver accepts by hand", v.request(), v.capacityText()), true
 	}
