@@ -21,7 +21,10 @@ func Parse(sc *storagev1.StorageClass, pvc *v1.PersistentVolumeClaim, d Defaults
 		s.Problems = p.problems
 		return s, len(s.Problems) == 0
 	}
-	p.expandable()
+	if why := p.expandable(); why != "" && len(p.problems) == 0 {
+		s.Enabled, s.Why = false, why
+		return s, true
+	}
 	s.Threshold = p.amount(d.Threshold, fixThresholdRange, thresholdOK, AnnThreshold, TopoLVMThreshold)
 	s.InodesThreshold = p.percent(d.InodesThreshold, AnnInodesThreshold, TopoLVMInodesThreshold)
 	s.Increase = p.amount(d.Increase, fixIncrease, increaseOK, AnnIncrease, TopoLVMIncrease)
@@ -120,17 +123,22 @@ func (p *parser) optInKey(f found, annotations map[string]string) (on, ok bool) 
 	return false, true
 }
 
-// expandable reports an opted-in class that does not allow volume expansion: the apiserver
-// would refuse every resize.
-func (p *parser) expandable() {
+// expandable checks that the class allows volume expansion: the apiserver would refuse every
+// resize otherwise. An annotation that opted the PVC in makes it a problem; a PVC opted in only
+// by AllClasses is just not autoscaled (the returned reason).
+func (p *parser) expandable() string {
 	if p.sc == nil || p.sc.AllowVolumeExpansion != nil && *p.sc.AllowVolumeExpansion {
-		return
+		return ""
 	}
+	why := fmt.Sprintf("StorageClass %s does not allow volume expansion", p.sc.Name)
 	f, ok := p.lookup(AnnAutoscale, TopoLVMEnabled)
-	if !ok {
-		f = found{key: TopoLVMEnabled, value: p.sc.Annotations[TopoLVMEnabled], class: p.sc.Name}
+	if !ok && p.sc.Annotations[TopoLVMEnabled] == "true" {
+		f, ok = found{key: TopoLVMEnabled, value: "true", class: p.sc.Name}, true
 	}
-	p.problem(f, fmt.Sprintf("StorageClass %s does not allow volume expansion: set allowVolumeExpansion: true on it, or remove the opt-in", p.sc.Name))
+	if ok {
+		p.problem(f, why+": set allowVolumeExpansion: true on it, or remove the opt-in")
+	}
+	return why
 }
 
 func (p *parser) amount(def Amount, rangeFix string, valid func(Amount) bool, ours, theirs string) Amount {

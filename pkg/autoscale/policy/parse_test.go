@@ -284,6 +284,25 @@ func TestParseVolumeAndClass(t *testing.T) {
 			}
 		}
 	})
+	t.Run("all classes, one without volume expansion", func(t *testing.T) {
+		sc := testSC(nil)
+		sc.AllowVolumeExpansion = nil
+		d := NewDefaults()
+		d.AllClasses = true
+		s, ok := Parse(sc, testPVC(map[string]string{AnnLimit: "20Gi"}), d)
+		if !ok || s.Enabled || s.Why != "StorageClass fast does not allow volume expansion" {
+			t.Errorf("ok=%v enabled=%v why %q problems %v", ok, s.Enabled, s.Why, s.Problems)
+		}
+	})
+	t.Run("PVC opted in, class without volume expansion", func(t *testing.T) {
+		sc := testSC(nil)
+		sc.AllowVolumeExpansion = nil
+		s, ok := Parse(sc, testPVC(on), NewDefaults())
+		want := `PVC ns/x: annotation csi-resizer.io/autoscale="true": StorageClass fast does not allow volume expansion: set allowVolumeExpansion: true on it, or remove the opt-in`
+		if ok || len(s.Problems) != 1 || s.Problems[0].Error() != want {
+			t.Errorf("ok=%v problems %v", ok, s.Problems)
+		}
+	})
 	t.Run("group-by label", func(t *testing.T) {
 		pvc := testPVC(map[string]string{AnnAutoscale: "true", AnnLimit: "20Gi", TopoLVMGroupBy: "app.kubernetes.io/name"})
 		if s := mustParse(t, nil, pvc, NewDefaults()); s.GroupBy != "app.kubernetes.io/name" {
