@@ -53,6 +53,8 @@ type parser struct {
 	pvc      *v1.PersistentVolumeClaim
 	obj      string
 	problems []Problem
+	// by is the annotation that opted the PVC in; empty key for AllClasses.
+	by found
 }
 
 // found is one annotation in effect; class is the StorageClass's name when it is the class's.
@@ -86,18 +88,21 @@ func (p *parser) problem(f found, fix string) {
 // theirs on the class, then --all-classes. pvc-autoresizer enables only on exactly "true", so
 // any other value of its key is "not enabled", not a problem.
 func (p *parser) optIn(all bool) (bool, string) {
-	if on, ok := p.optInKey(found{key: AnnAutoscale, value: p.pvc.Annotations[AnnAutoscale]}, p.pvc.Annotations); ok {
-		return on, "the PVC opts out (" + AnnAutoscale + "=false)"
+	f := found{key: AnnAutoscale, value: p.pvc.Annotations[AnnAutoscale]}
+	if on, ok := p.optInKey(f, p.pvc.Annotations); ok {
+		return on, whyNot(on, "the PVC opts out ("+AnnAutoscale+"=false)")
 	}
 	if p.pvc.Annotations[TopoLVMEnabled] == "true" {
+		p.by = found{key: TopoLVMEnabled, value: "true"}
 		return true, ""
 	}
 	if p.sc != nil {
-		f := found{key: AnnAutoscale, value: p.sc.Annotations[AnnAutoscale], class: p.sc.Name}
+		f = found{key: AnnAutoscale, value: p.sc.Annotations[AnnAutoscale], class: p.sc.Name}
 		if on, ok := p.optInKey(f, p.sc.Annotations); ok {
-			return on, fmt.Sprintf("StorageClass %s opts out (%s=false)", p.sc.Name, AnnAutoscale)
+			return on, whyNot(on, fmt.Sprintf("StorageClass %s opts out (%s=false)", p.sc.Name, AnnAutoscale))
 		}
 		if p.sc.Annotations[TopoLVMEnabled] == "true" {
+			p.by = found{key: TopoLVMEnabled, value: "true", class: p.sc.Name}
 			return true, ""
 		}
 	}
@@ -107,14 +112,22 @@ func (p *parser) optIn(all bool) (bool, string) {
 	return false, fmt.Sprintf("neither the PVC nor its StorageClass has %s or %s set to \"true\"", AnnAutoscale, TopoLVMEnabled)
 }
 
-// optInKey reads our opt-in key when it is present in annotations: ok=false when absent or bad
-// (then a problem is recorded and the caller's answer does not matter).
+func whyNot(on bool, why string) string {
+	if on {
+		return ""
+	}
+	return why
+}
+
+// optInKey reads our opt-in key: ok=false when it is absent from annotations. A bad value
+// records a problem and answers "not opted in".
 func (p *parser) optInKey(f found, annotations map[string]string) (on, ok bool) {
 	if _, present := annotations[f.key]; !present {
 		return false, false
 	}
 	switch f.value {
 	case "true":
+		p.by = f
 		return true, true
 	case "false":
 		return false, true
@@ -131,12 +144,8 @@ func (p *parser) expandable() string {
 		return ""
 	}
 	why := fmt.Sprintf("StorageClass %s does not allow volume expansion", p.sc.Name)
-	f, ok := p.lookup(AnnAutoscale, TopoLVMEnabled)
-	if !ok && p.sc.Annotations[TopoLVMEnabled] == "true" {
-		f, ok = found{key: TopoLVMEnabled, value: "true", class: p.sc.Name}, true
-	}
-	if ok {
-		p.problem(f, why+": set allowVolumeExpansion: true on it, or remove the opt-in")
+	if p.by.key != "" {
+		p.problem(p.by, why+": set allowVolumeExpansion: true on it, or remove the opt-in")
 	}
 	return why
 }

@@ -81,7 +81,7 @@ func TestOptIn(t *testing.T) {
 			if !ok || len(s.Problems) > 0 {
 				t.Fatalf("problems: %v", s.Problems)
 			}
-			if s.Enabled != tc.want || !strings.Contains(s.Why, tc.wantWhy) {
+			if s.Enabled != tc.want || !strings.Contains(s.Why, tc.wantWhy) || s.Enabled && s.Why != "" {
 				t.Errorf("enabled %v (%q), want %v (%q)", s.Enabled, s.Why, tc.want, tc.wantWhy)
 			}
 		})
@@ -301,6 +301,14 @@ func TestParseVolumeAndClass(t *testing.T) {
 		want := `PVC ns/x: annotation csi-resizer.io/autoscale="true": StorageClass fast does not allow volume expansion: set allowVolumeExpansion: true on it, or remove the opt-in`
 		if ok || len(s.Problems) != 1 || s.Problems[0].Error() != want {
 			t.Errorf("ok=%v problems %v", ok, s.Problems)
+		}
+	})
+	t.Run("class without volume expansion: the problem names the opt-in that applies", func(t *testing.T) {
+		sc := testSC(map[string]string{AnnAutoscale: "true"})
+		sc.AllowVolumeExpansion = nil
+		s, _ := Parse(sc, testPVC(map[string]string{AnnLimit: "20Gi", TopoLVMEnabled: "no"}), NewDefaults())
+		if len(s.Problems) != 1 || s.Problems[0].Annotation != AnnAutoscale || s.Problems[0].StorageClass != "fast" {
+			t.Errorf("problems %v", s.Problems)
 		}
 	})
 	t.Run("group-by label", func(t *testing.T) {
