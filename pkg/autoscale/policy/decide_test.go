@@ -149,14 +149,14 @@ func TestDecide(t *testing.T) {
 		{"a state with the request reached", []opt{state(v1.PersistentVolumeClaimNodeResizeInProgress), full}, Skip, SkipResizing, "", "NodeResizeInProgress"},
 		{"our resize not done within the wait", []opt{sizes("11Gi", "10Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, 29*time.Minute, 10*gi), full}, Skip, SkipResizing, "", ""},
 		{"our resize not done after the wait", []opt{sizes("11Gi", "10Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, 30*time.Minute, 10*gi), full}, Skip, SkipResizeWaitExpired, "",
-			"=the resize to 11Gi is not done (capacity 10Gi) 30m0s after the autoscaler asked for it: check the PVC's conditions and events and the resizer; remove annotation csi-resizer.io/autoscale-last-resize to let the autoscaler go on"},
+			"=the resize to 11Gi is not done (capacity 10Gi), not within 30m0s of the autoscaler asking for it at 2026-11-29T06:30:00Z: check the PVC's conditions and events and the resizer; remove annotation csi-resizer.io/autoscale-last-resize to let the autoscaler go on"},
 		{"someone else's resize is never ours to expire", []opt{sizes("12Gi", "10Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, time.Hour, 10*gi), full}, Skip, SkipResizing, "", ""},
 
 		// One resize at a time: the file system.
 		{"file system not grown yet", []opt{sizes("11Gi", "11Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, 20*time.Minute, 10*gi), full}, Skip, SkipResizing, "",
 			"=the kubelet reports a file system of 10Gi, as before the resize 10Gi -> 11Gi: waiting for it to grow"},
 		{"file system not grown after the wait", []opt{sizes("11Gi", "11Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, time.Hour, 10*gi), full}, Skip, SkipResizeWaitExpired, "",
-			"as before the resize 10Gi -> 11Gi 30m0s ago: check that a pod mounts the volume"},
+			"as before the resize 10Gi -> 11Gi at 2026-11-29T06:00:00Z, and it has not grown within 30m0s: check that a pod mounts the volume"},
 		{"file system grown", []opt{sizes("11Gi", "11Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, time.Hour, 9*gi), roomy}, Skip, SkipBelowThreshold, "", ""},
 		{"file system unknown after our resize", []opt{sizes("11Gi", "11Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, time.Hour, 10*gi)}, Skip, SkipStatsMissing, "",
 			"cannot tell whether its file system grew after the resize 10Gi -> 11Gi"},

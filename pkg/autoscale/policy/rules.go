@@ -53,8 +53,8 @@ func decideInFlight(in Input, v volume, last *Record) (Decision, bool) {
 	if v.state != "" || v.spec > v.capacity {
 		what := fmt.Sprintf("the resize to %s is not done (capacity %s%s)", v.request(), v.capacityText(), stateText(v.state))
 		if ours && waitOver(in, last) {
-			return v.skip(SkipResizeWaitExpired, "%s %s after the autoscaler asked for it: check the PVC's conditions and events and the resizer; "+
-				"remove annotation %s to let the autoscaler go on", what, in.Settings.ResizeWait, AnnLastResize), true
+			return v.skip(SkipResizeWaitExpired, "%s, not within %s of the autoscaler asking for it at %s: check the PVC's conditions and events and the resizer; "+
+				"remove annotation %s to let the autoscaler go on", what, in.Settings.ResizeWait, stamp(last.Time), AnnLastResize), true
 		}
 		return v.skip(SkipResizing, "%s: one resize at a time", what), true
 	}
@@ -68,11 +68,13 @@ func decideInFlight(in Input, v volume, last *Record) (Decision, bool) {
 	c := in.Stats.CapacityBytes
 	what := fmt.Sprintf("the kubelet reports a file system of %s, as before the resize %s -> %s", human(c, c), last.From.String(), last.To.String())
 	if waitOver(in, last) {
-		return v.skip(SkipResizeWaitExpired, "%s %s ago: check that a pod mounts the volume and the kubelet's log on its node; "+
-			"remove annotation %s to let the autoscaler go on", what, in.Settings.ResizeWait, AnnLastResize), true
+		return v.skip(SkipResizeWaitExpired, "%s at %s, and it has not grown within %s: check that a pod mounts the volume and the kubelet's log on its node; "+
+			"remove annotation %s to let the autoscaler go on", what, stamp(last.Time), in.Settings.ResizeWait, AnnLastResize), true
 	}
 	return v.skip(SkipResizing, "%s: waiting for it to grow", what), true
 }
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 func stateText(s v1.ClaimResourceStatus) string {
 	if s == "" {
@@ -120,7 +122,7 @@ func decideGrowth(in Input, v volume, last *Record) Decision {
 	}
 	if last != nil && in.Now.Before(last.Time.Add(s.Cooldown)) {
 		return v.skip(SkipCooldown, "%s, but the last resize was at %s: cooldown %s, next resize from %s", w.why,
-			last.Time.UTC().Format(time.RFC3339), s.Cooldown, last.Time.Add(s.Cooldown).UTC().Format(time.RFC3339))
+			stamp(last.Time), s.Cooldown, stamp(last.Time.Add(s.Cooldown)))
 	}
 	to, clamp := w.to, ""
 	if to > limit {
@@ -179,7 +181,7 @@ func siblingWant(s Settings, sibling *resource.Quantity, base int64) (want, bool
 func effectiveLimit(s Settings, last *Record) (int64, string) {
 	if last != nil && last.Reason == ReasonRecover && bytesOf(last.To) < s.Limit {
 		return bytesOf(last.To), fmt.Sprintf("held since the driver refused %s at %s; remove annotation %s to let it grow again",
-			last.From.String(), last.Time.UTC().Format(time.RFC3339), AnnLastResize)
+			last.From.String(), stamp(last.Time), AnnLastResize)
 	}
 	return s.Limit, s.LimitFrom
 }
