@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -289,4 +290,39 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("bad settings decided %s %s", d.Action, d.Reason)
 		}
 	})
+}
+
+// TestInvariantsOnRealisticStates checks FuzzDecide's invariants on states built from sizes
+// that meet (a request at the capacity, a record of the current request, a file system just
+// below its volume), which random int64s seldom produce, and that every reason is reached so
+// no rule goes unchecked. The seed is fixed: the same states every run.
+func TestInvariantsOnRealisticStates(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := func(xs ...int64) int64 { return xs[r.IntN(len(xs))] }
+	g := gi
+	now := time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)
+	seen := map[Reason]int{}
+	for range 20000 {
+		c := fuzzCase{spec: pick(10*g, 11*g, 12*g), capacity: pick(10*g, 11*g, 12*g), stateSel: byte(r.IntN(len(fuzzStates))), bound: r.IntN(5) > 0,
+			fsCap: pick(0, 9*g, 10*g, 11*g), free: pick(0, g/2, 2*g, 5*g), inodes: pick(0, 1000), inodesFre: pick(10, 500), hasStats: r.IntN(4) > 0,
+			hasRecord: r.IntN(2) == 0, recSel: byte(r.IntN(256)), recFrom: pick(10*g, 11*g), recTo: pick(11*g, 12*g), recFS: pick(0, 9*g, 10*g),
+			recAgo: pick(-60, 60, 700, 3600), sibling: pick(0, 0, 20*g), limit: pick(10*g, 15*g, 100*g), minStep: pick(0, g),
+			thrSel: uint16(r.IntN(3000)), incSel: uint16(r.IntN(3000)), cooldown: pick(0, 600), siblings: r.IntN(2) == 0}
+		in := c.input(now)
+		d := Decide(in)
+		checkInvariants(t, in, d)
+		switch d.Action {
+		case Resize:
+			checkAfterResize(t, in, d)
+		case Recover:
+			checkAfterRecover(t, in, d)
+		}
+		seen[d.Reason]++
+	}
+	for _, want := range []Reason{ReasonThresholdBytes, ReasonThresholdInodes, ReasonSiblings, ReasonRecover, SkipNotBound, SkipBelowThreshold,
+		SkipCooldown, SkipAtLimit, SkipResizing, SkipResizeWaitExpired, SkipInfeasible, SkipStatsMissing} {
+		if seen[want] == 0 {
+			t.Errorf("no state reached %s: %v", want, seen)
+		}
+	}
 }
