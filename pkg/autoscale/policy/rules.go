@@ -185,3 +185,11 @@ func effectiveLimit(s Settings, last *Record) (int64, string) {
 	}
 	return s.Limit, s.LimitFrom
 }
+
+// ThresholdCrossed reports whether the volume's free bytes or free inodes are below their
+// thresholds: the "above threshold" gauge of the command, from the same comparison Decide
+// makes. False when st is nil or has no capacity.
+func ThresholdCrossed(s Settings, st *VolumeStats) bool {
+	_, crossed := thresholdWant(s, st, 0)
+	return crossed
+}
