@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/csi-resizer/csi-resizer/internal/cli"
 )
 
 var (
@@ -128,8 +130,8 @@ func TestFlagDefaults(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	want := options{workers: 10, qps: 5, burst: 10, resync: 10 * time.Minute, leaseDuration: 15 * time.Second,
-		renewDeadline: 10 * time.Second, retryPeriod: 5 * time.Second, metricsPath: "/metrics", leaderElectionLabels: labelMap{},
+	want := options{workers: 10, qps: 5, burst: 10, resync: 10 * time.Minute, le: cli.LeaderElection{LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second, RetryPeriod: 5 * time.Second, Labels: cli.LabelMap{}}, metricsPath: "/metrics",
 		recreate: true, logging: o.logging}
 	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
 		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
@@ -144,8 +146,8 @@ func TestFlagDefaults(t *testing.T) {
 	if o.logging.Config.Format != "text" || o.logging.Config.Verbosity != 0 {
 		t.Errorf("logging defaults %q -v=%d, want text and 0", o.logging.Config.Format, o.logging.Config.Verbosity)
 	}
-	if err := fs.Parse([]string{"--leader-election-labels", "a:b,c:d"}); err != nil || o.leaderElectionLabels["a"] != "b" || o.leaderElectionLabels["c"] != "d" {
-		t.Errorf("labels: %v %v", o.leaderElectionLabels, err)
+	if err := fs.Parse([]string{"--leader-election-labels", "a:b,c:d"}); err != nil || o.le.Labels["a"] != "b" || o.le.Labels["c"] != "d" {
+		t.Errorf("labels: %v %v", o.le.Labels, err)
 	}
 	if err := fs.Parse([]string{"-v=4", "--recreate=false"}); err != nil || o.logging.Config.Verbosity != 4 || o.recreate {
 		t.Errorf("-v=4 --recreate=false: -v=%d recreate=%t %v", o.logging.Config.Verbosity, o.recreate, err)

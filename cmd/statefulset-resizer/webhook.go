@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-resizer/csi-resizer/internal/cli"
 	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/webhook"
 )
@@ -98,7 +99,7 @@ func webhookOnly(name string) string {
 func runWebhook(args []string) int {
 	fs := pflag.NewFlagSet(command+" webhook", pflag.ContinueOnError)
 	o := addWebhookModeFlags(fs)
-	err := parseFlags(fs, args, controllerOnly)
+	err := cli.ParseFlags(fs, args, controllerOnly)
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
 		fmt.Fprint(os.Stdout, webhookUsage, fs.FlagUsages())
@@ -155,7 +156,7 @@ func serveWebhookMode(ctx context.Context, o *webhookModeOptions) error {
 		}
 	}
 	if o.httpEndpoint != "" {
-		defer serveHTTP(klog.FromContext(ctx), o.httpEndpoint, o.metricsPath, http.NewServeMux()).Close()
+		defer cli.ServeHTTP(klog.FromContext(ctx), o.httpEndpoint, o.metricsPath, http.NewServeMux()).Close()
 	}
 	// stopping ends with the signal, or when the server fails.
 	stopping, stop := context.WithCancel(ctx)
