@@ -1,0 +1,157 @@
+// Command volume-autoscaler grows PVCs before they fill, from the usage each kubelet reports
+// on its own /stats/summary (authorized as nodes/stats, never nodes/proxy), with the policy of
+// docs/autoscaler.md: opt-in per StorageClass or PVC, pvc-autoresizer's annotations read as
+// they are documented, StatefulSet siblings, one resize at a time. Issue 33.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/metrics/legacyregistry"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_master_status
+	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue_* metrics of the queue
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/csi-resizer/csi-resizer/internal/cli"
+	"github.com/csi-resizer/csi-resizer/internal/events"
+	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
+	"github.com/csi-resizer/csi-resizer/pkg/autoscale/controller"
+	"github.com/csi-resizer/csi-resizer/pkg/autoscale/kubeletstats"
+	asmetrics "github.com/csi-resizer/csi-resizer/pkg/autoscale/metrics"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const command = "volume-autoscaler"
+
+// workerGrace is how long, after the stop, the workers get to finish the PVC they are on.
+const workerGrace = 10 * time.Second
+
+// serviceAccountToken is where the kubelet mounts the pod's ServiceAccount token.
+const serviceAccountToken = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+const usage = `Usage: volume-autoscaler [flags]
+
+Grows PVCs before they fill (docs/autoscaler.md). Reads each kubelet's
+/stats/summary on the kubelet's own port with the ServiceAccount's token
+(RBAC: nodes/stats get; never nodes/proxy). A PVC is autoscaled when it or its
+StorageClass is opted in (csi-resizer.io/autoscale: "true", or
+pvc-autoresizer's resize.topolvm.io/enabled) and it has a limit. Flags take two
+dashes (--kubeconfig); -v is the one short flag.
+
+Flags:
+`
+
+func main() {
+	os.Exit(Main(os.Args[1:]))
+}
+
+// Main is the whole command; it returns the exit code. Start-up order, as the other commands':
+// parse the flags (a malformed one: exit 2, one plain line) → --help / --version → apply
+// logging → validate the other flags → run.
+func Main(args []string) int {
+	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
+	opts := addFlags(fs)
+	err := cli.ParseFlags(fs, args, nil)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		fmt.Fprint(os.Stdout, usage, fs.FlagUsages())
+		return 0
+	case err != nil:
+		return opts.logging.Fail(os.Stderr, 2, err)
+	case fs.NArg() > 0:
+		return opts.logging.Fail(os.Stderr, 2, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0)))
+	case opts.showVersion:
+		fmt.Fprintln(os.Stdout, command, version)
+		return 0
+	}
+	if err := opts.logging.Apply(); err != nil {
+		return opts.logging.Fail(os.Stderr, 2, err)
+	}
+	if err := opts.validate(); err != nil {
+		return opts.logging.Fail(os.Stderr, 2, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	klog.FromContext(ctx).Info("Starting", "command", command, "version", version, "dryRun", opts.dryRun)
+	if err := run(ctx, opts); err != nil {
+		return opts.logging.Fail(os.Stderr, 1, err)
+	}
+	klog.Flush()
+	return 0
+}
+
+func run(ctx context.Context, o *options) error {
+	logger := klog.FromContext(ctx)
+	config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("building the Kubernetes client config (check --kubeconfig): %w", err)
+	}
+	config.QPS, config.Burst = float32(o.qps), o.burst
+	config = rest.AddUserAgent(config, command)
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	stats, err := kubeletstats.NewClient(o.kubelet)
+	if err != nil {
+		return err
+	}
+
+	factory := informers.NewSharedInformerFactory(client, 0)
+	broadcaster := events.NewBroadcaster(ctx)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: command})
+
+	m := asmetrics.New()
+	if err := m.Register(legacyregistry.Register); err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	ctrl, err := controller.New(ctx, client, factory, recorder, clock.RealClock{}, controller.Options{
+		Defaults: o.defaults, Poller: kubeletstats.NewPoller(stats, o.concurrency, nil),
+		Interval: o.interval, DryRun: o.dryRun, Metrics: m})
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	var health *http.ServeMux
+	if o.httpEndpoint != "" {
+		defer cli.ServeHTTP(logger, o.httpEndpoint, o.metricsPath, mux).Close()
+		health = mux
+	}
+	var elector *lifecycle.Elector
+	if o.le.Enabled {
+		if elector, err = o.le.Elector(ctx, config, controller.Name, health); err != nil {
+			return err
+		}
+	}
+	return lifecycle.Run(ctx, workerGrace, elector, func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
+}
+
+// validPath checks a metrics path flag.
+func validPath(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("--metrics-path must start with /, got %q", p)
+	}
+	return nil
+}
