@@ -8,23 +8,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_master_status
 	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue_* metrics of the queue
@@ -79,41 +73,16 @@ func Main(args []string) int {
 	}
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	opts := addFlags(fs)
-	err := cli.ParseFlags(fs, args, webhookOnly)
-	switch {
-	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprint(os.Stdout, usage, fs.FlagUsages())
-		return 0
-	case err != nil:
-		return opts.logging.Fail(os.Stderr, 2, err)
-	case fs.NArg() > 0:
-		return opts.logging.Fail(os.Stderr, 2, fmt.Errorf("unexpected argument %q (the subcommands are \"webhook\" and \"wait\", given first; see --help)", fs.Arg(0)))
-	case opts.showVersion:
-		fmt.Fprintln(os.Stdout, command, version)
-		return 0
-	}
-	if err := opts.logging.Apply(); err != nil {
-		return opts.logging.Fail(os.Stderr, 2, err)
-	}
-	if err := opts.validate(); err != nil {
-		return opts.logging.Fail(os.Stderr, 2, err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	klog.FromContext(ctx).Info("Starting", "command", command, "version", version)
-	if err := run(ctx, opts); err != nil {
-		return opts.logging.Fail(os.Stderr, 1, err)
-	}
-	klog.Flush()
-	return 0
+	return cli.Start{Command: command, Version: version, Usage: usage, Flags: fs, Logging: opts.logging,
+		ShowVersion: &opts.showVersion, Elsewhere: webhookOnly,
+		ArgsHint: `the subcommands are "webhook" and "wait", given first; see --help`,
+		Validate: opts.validate, Run: func(ctx context.Context) error { return run(ctx, opts) }}.Main(args)
 }
 
 type options struct {
 	showVersion bool
-	kubeconfig  string
+	api         cli.API
 	workers     int
-	qps         float64
-	burst       int
 	resync      time.Duration
 
 	le cli.LeaderElection
@@ -131,10 +100,8 @@ type options struct {
 func addFlags(fs *pflag.FlagSet) *options {
 	o := &options{logging: logging.New(command)}
 	fs.BoolVar(&o.showVersion, "version", false, "Show version.")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
+	o.api.AddFlags(fs)
 	fs.IntVar(&o.workers, "workers", 10, "Number of StatefulSets reconciled in parallel.")
-	fs.Float64Var(&o.qps, "kube-api-qps", 5, "QPS to use while communicating with the kubernetes apiserver.")
-	fs.IntVar(&o.burst, "kube-api-burst", 10, "Burst to use while communicating with the kubernetes apiserver.")
 	fs.DurationVar(&o.resync, "resync-period", 10*time.Minute, "Resync period of the informers: every StatefulSet is re-evaluated this often even without changes. 0 disables it.")
 	o.le.AddFlags(fs, "Enable leader election (Lease \""+controller.Name+"\"). On SIGTERM the leader's workers finish the StatefulSet they are on (at most "+workerGrace.String()+"), then the Lease is released for a standby to take over at once.")
 	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
@@ -149,14 +116,13 @@ func (o *options) validate() error {
 	switch {
 	case o.workers < 1:
 		return fmt.Errorf("--workers must be positive, got %d", o.workers)
-	case o.qps <= 0:
-		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.qps)
-	case o.burst < 1:
-		return fmt.Errorf("--kube-api-burst must be positive, got %d", o.burst)
 	case o.resync < 0:
 		return fmt.Errorf("--resync-period must not be negative, got %s", o.resync)
 	case !strings.HasPrefix(o.metricsPath, "/"):
 		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
+	}
+	if err := o.api.Validate(); err != nil {
+		return err
 	}
 	if err := o.le.Validate(); err != nil {
 		return err
@@ -172,15 +138,9 @@ func (o *options) validate() error {
 
 func run(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
-	config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	config, client, err := o.api.Client(command)
 	if err != nil {
-		return fmt.Errorf("building the Kubernetes client config (check --kubeconfig): %w", err)
-	}
-	config.QPS, config.Burst = float32(o.qps), o.burst
-	config = rest.AddUserAgent(config, command)
-	client, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		return fmt.Errorf("creating the Kubernetes client: %w", err)
+		return err
 	}
 
 	factory := informers.NewSharedInformerFactory(client, o.resync)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -15,10 +16,8 @@ import (
 
 type options struct {
 	showVersion bool
-	kubeconfig  string
+	api         cli.API
 	workers     int
-	qps         float64
-	burst       int
 
 	interval    time.Duration
 	dryRun      bool
@@ -42,10 +41,8 @@ func addFlags(fs *pflag.FlagSet) *options {
 	d := policy.NewDefaults()
 	o := &options{logging: logging.New(command), defaults: d}
 	fs.BoolVar(&o.showVersion, "version", false, "Show version.")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
+	o.api.AddFlags(fs)
 	fs.IntVar(&o.workers, "workers", 10, "Number of PVCs decided on in parallel.")
-	fs.Float64Var(&o.qps, "kube-api-qps", 5, "QPS to use while communicating with the kubernetes apiserver.")
-	fs.IntVar(&o.burst, "kube-api-burst", 10, "Burst to use while communicating with the kubernetes apiserver.")
 
 	fs.DurationVar(&o.interval, "interval", time.Minute, "Time between two reads of the kubelets' volume stats (each read of a node is one GET /stats/summary).")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (events "+controller.EventDryRun+", logs, metric volume_autoscaler_dry_run_resizes_total) but change no PVC.")
@@ -77,10 +74,8 @@ func (o *options) validate() error {
 	switch {
 	case o.workers < 1:
 		return fmt.Errorf("--workers must be positive, got %d", o.workers)
-	case o.qps <= 0:
-		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.qps)
-	case o.burst < 1:
-		return fmt.Errorf("--kube-api-burst must be positive, got %d", o.burst)
+	case !strings.HasPrefix(o.metricsPath, "/"):
+		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
 	case o.interval <= 0:
 		return fmt.Errorf("--interval must be positive, got %s", o.interval)
 	case o.kubelet.Timeout <= 0:
@@ -102,7 +97,7 @@ func (o *options) validate() error {
 	if err := o.parseDefaults(); err != nil {
 		return err
 	}
-	if err := validPath(o.metricsPath); err != nil {
+	if err := o.api.Validate(); err != nil {
 		return err
 	}
 	return o.le.Validate()

@@ -6,23 +6,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_master_status
 	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue_* metrics of the queue
@@ -64,52 +57,22 @@ func main() {
 	os.Exit(Main(os.Args[1:]))
 }
 
-// Main is the whole command; it returns the exit code. Start-up order, as the other commands':
-// parse the flags (a malformed one: exit 2, one plain line) → --help / --version → apply
-// logging → validate the other flags → run.
+// Main is the whole command; it returns the exit code. Start-up as the other commands'
+// (cli.Start): parse the flags (exit 2) → --help / --version → apply logging → validate the
+// other flags (exit 2) → run.
 func Main(args []string) int {
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
-	opts := addFlags(fs)
-	err := cli.ParseFlags(fs, args, nil)
-	switch {
-	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprint(os.Stdout, usage, fs.FlagUsages())
-		return 0
-	case err != nil:
-		return opts.logging.Fail(os.Stderr, 2, err)
-	case fs.NArg() > 0:
-		return opts.logging.Fail(os.Stderr, 2, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0)))
-	case opts.showVersion:
-		fmt.Fprintln(os.Stdout, command, version)
-		return 0
-	}
-	if err := opts.logging.Apply(); err != nil {
-		return opts.logging.Fail(os.Stderr, 2, err)
-	}
-	if err := opts.validate(); err != nil {
-		return opts.logging.Fail(os.Stderr, 2, err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	klog.FromContext(ctx).Info("Starting", "command", command, "version", version, "dryRun", opts.dryRun)
-	if err := run(ctx, opts); err != nil {
-		return opts.logging.Fail(os.Stderr, 1, err)
-	}
-	klog.Flush()
-	return 0
+	o := addFlags(fs)
+	return cli.Start{Command: command, Version: version, Usage: usage, Flags: fs, Logging: o.logging,
+		ShowVersion: &o.showVersion, ArgsHint: "see --help",
+		Validate: o.validate, Run: func(ctx context.Context) error { return run(ctx, o) }}.Main(args)
 }
 
 func run(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
-	config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	config, client, err := o.api.Client(command)
 	if err != nil {
-		return fmt.Errorf("building the Kubernetes client config (check --kubeconfig): %w", err)
-	}
-	config.QPS, config.Burst = float32(o.qps), o.burst
-	config = rest.AddUserAgent(config, command)
-	client, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		return fmt.Errorf("creating the Kubernetes client: %w", err)
+		return err
 	}
 	stats, err := kubeletstats.NewClient(o.kubelet)
 	if err != nil {
@@ -146,12 +109,4 @@ func run(ctx context.Context, o *options) error {
 		}
 	}
 	return lifecycle.Run(ctx, workerGrace, elector, func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
-}
-
-// validPath checks a metrics path flag.
-func validPath(p string) error {
-	if !strings.HasPrefix(p, "/") {
-		return fmt.Errorf("--metrics-path must start with /, got %q", p)
-	}
-	return nil
 }

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,24 +11,11 @@ import (
 	"github.com/csi-resizer/csi-resizer/test/framework"
 )
 
-// runBinary runs the built command with args; nothing here reaches an apiserver, so it ends at once.
+// runBinary runs the built command with args; nothing here reaches an apiserver, so it ends
+// at once.
 func runBinary(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, framework.BuildCommand(t, command), args...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.ExitCode() >= 0:
-		code = exit.ExitCode()
-	default:
-		t.Fatalf("%s %v: %v (stderr %q)", command, args, err, errOut.String())
-	}
-	return code, out.String(), errOut.String()
+	return framework.RunCommand(t, framework.BuildCommand(t, command), args...)
 }
 
 func TestVersionAndHelp(t *testing.T) {

@@ -36,7 +36,7 @@ func (c *Controller) resize(ctx context.Context, pvc *corev1.PersistentVolumeCla
 	logger := klog.FromContext(ctx)
 	if c.opts.DryRun {
 		c.metrics.Resized(string(d.Reason), true)
-		if c.told.first(key, "dry-run\x00"+d.To.String()) {
+		if c.told.First(key, "dry-run\x00"+d.To.String()) {
 			logger.Info("Dry run: not resizing", "reason", d.Reason, "from", d.From.String(), "to", d.To.String(), "message", d.Message)
 			c.recorder.Event(pvc, corev1.EventTypeNormal, EventDryRun, "Dry run, not patched: would "+describe(d, st, "grow", "lower"))
 		}
@@ -53,7 +53,7 @@ func (c *Controller) resize(ctx context.Context, pvc *corev1.PersistentVolumeCla
 		c.fresh.Wrote(key, pvc.ResourceVersion, updated.ResourceVersion)
 		c.metrics.Patched(asmetrics.PatchSuccess)
 		c.metrics.Resized(string(d.Reason), false)
-		c.told.first(key, "resized\x00"+d.To.String())
+		c.told.First(key, "resized\x00"+d.To.String())
 		logger.Info("Resized", "reason", d.Reason, "from", d.From.String(), "to", d.To.String(), "message", d.Message)
 		if d.Action == policy.Recover {
 			c.recorder.Event(pvc, corev1.EventTypeWarning, EventRecovered, what)
@@ -67,7 +67,7 @@ func (c *Controller) resize(ctx context.Context, pvc *corev1.PersistentVolumeCla
 	case isQuota(err):
 		c.metrics.Patched(asmetrics.PatchRejected)
 		c.metrics.Skipped(asmetrics.SkipQuota)
-		if c.told.first(key, "quota\x00"+d.To.String()) {
+		if c.told.First(key, "quota\x00"+d.To.String()) {
 			logger.Info("Resize refused by a quota", "to", d.To.String(), "err", err)
 			c.recorder.Eventf(pvc, corev1.EventTypeWarning, EventQuota,
 				"Not grown to %s: the apiserver refused it for a ResourceQuota (%v); raise the quota of namespace %s, it is tried again every round", d.To.String(), err, pvc.Namespace)
@@ -75,7 +75,7 @@ func (c *Controller) resize(ctx context.Context, pvc *corev1.PersistentVolumeCla
 		return nil
 	case apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err):
 		c.metrics.Patched(asmetrics.PatchRejected)
-		if c.told.first(key, "rejected\x00"+d.To.String()) {
+		if c.told.First(key, "rejected\x00"+d.To.String()) {
 			c.recorder.Eventf(pvc, corev1.EventTypeWarning, EventProblem, "Not grown to %s: the apiserver refused the patch: %v", d.To.String(), err)
 		}
 		return nil

@@ -39,6 +39,7 @@ import (
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/policy"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/tellonce"
 )
 
 // Name is the controller's name: event source component, work queue name and leader election
@@ -109,7 +110,7 @@ type Controller struct {
 	stats *statsCache
 	// told dedups events per PVC (no event storms); fresh keeps syncs off a PVC version this
 	// process's own patch replaced (design §5 rule 5).
-	told  *toldCache
+	told  *tellonce.Memo
 	fresh *freshness.Tracker
 }
 
@@ -141,7 +142,7 @@ func New(ctx context.Context, client kubernetes.Interface, factory informers.Sha
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.RetryBaseDelay, opts.RetryMaxDelay),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name, Clock: clk}),
 		stats: newStatsCache(),
-		told:  &toldCache{seen: map[string]string{}},
+		told:  &tellonce.Memo{},
 		fresh: freshness.New(),
 	}
 	return c, c.registerInformers(ctx)
@@ -254,28 +255,4 @@ func (c *Controller) classChanged(obj any) {
 			c.queue.Add(pvc.Namespace + "/" + pvc.Name)
 		}
 	}
-}
-
-// toldCache remembers, per PVC, the identity of the last event told about its state, so that
-// an unchanged state is told once, not every round. Losing it (restart) means one repeat.
-type toldCache struct {
-	mu   sync.Mutex
-	seen map[string]string
-}
-
-// first reports whether identity differs from the last one told for key, and remembers it.
-func (t *toldCache) first(key, identity string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if prev, ok := t.seen[key]; ok && prev == identity {
-		return false
-	}
-	t.seen[key] = identity
-	return true
-}
-
-func (t *toldCache) forget(key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.seen, key)
 }

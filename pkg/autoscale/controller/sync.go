@@ -69,8 +69,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 // forget drops what is kept of a PVC that is gone or not autoscaled.
 func (c *Controller) forget(key, namespace, name string) {
 	c.metrics.ForgetPVC(namespace, name)
-	c.told.forget(key)
-	c.told.forget(key + statsSuffix)
+	c.told.Forget(key)
+	c.told.Forget(key + statsSuffix)
 	c.fresh.Forget(key)
 }
 
@@ -85,10 +85,10 @@ func (c *Controller) observe(pvc *corev1.PersistentVolumeClaim, key string, s po
 		c.metrics.SetAboveThreshold(pvc.Namespace, pvc.Name, policy.ThresholdCrossed(s, st.stats))
 	}
 	if st.err == nil {
-		c.told.forget(key + statsSuffix)
+		c.told.Forget(key + statsSuffix)
 		return
 	}
-	if c.told.first(key+statsSuffix, string(kubeletstats.ReasonOf(st.err))) {
+	if c.told.First(key+statsSuffix, string(kubeletstats.ReasonOf(st.err))) {
 		c.recorder.Eventf(pvc, corev1.EventTypeWarning, EventStatsUnavailable,
 			"The volume's usage is unknown, so it is not autoscaled until its kubelet can be read: %v", st.err)
 	}
@@ -114,7 +114,7 @@ func (c *Controller) skipped(ctx context.Context, pvc *corev1.PersistentVolumeCl
 		identity += "\x00" + p.Error()
 	}
 	kind, tell := skipEvents[d.Reason]
-	if !c.told.first(key, identity) || !tell {
+	if !c.told.First(key, identity) || !tell {
 		klog.FromContext(ctx).V(4).Info("Not resizing", "reason", d.Reason, "message", d.Message)
 		return
 	}
