@@ -9,25 +9,19 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_master_status
 	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue_* metrics of the queue
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/csi-resizer/csi-resizer/internal/cli"
 	"github.com/csi-resizer/csi-resizer/internal/events"
-	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
 	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/controller"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
@@ -137,17 +131,14 @@ func (o *options) validate() error {
 }
 
 func run(ctx context.Context, o *options) error {
-	logger := klog.FromContext(ctx)
 	config, client, err := o.api.Client(command)
 	if err != nil {
 		return err
 	}
 
 	factory := informers.NewSharedInformerFactory(client, o.resync)
-	broadcaster := events.NewBroadcaster(ctx)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster, recorder := events.Start(ctx, client, command)
 	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: command})
 
 	m := ssmetrics.New()
 	if err := m.Register(legacyregistry.Register); err != nil {
@@ -158,21 +149,6 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	mux := http.NewServeMux()
-	if o.httpEndpoint != "" {
-		defer cli.ServeHTTP(logger, o.httpEndpoint, o.metricsPath, mux).Close()
-	}
-	var elector *lifecycle.Elector
-	if o.le.Enabled {
-		var health *http.ServeMux
-		if o.httpEndpoint != "" {
-			health = mux
-		}
-		if elector, err = o.le.Elector(ctx, config, controller.Name, health); err != nil {
-			return err
-		}
-	}
-	// With an elector, the controller runs only while this process leads; on the stop its
-	// workers finish and the Lease is released, so a standby takes over at once.
-	return lifecycle.Run(ctx, workerGrace, elector, func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
+	return o.le.RunControllers(ctx, config, controller.Name, o.httpEndpoint, o.metricsPath, workerGrace,
+		func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
 }

@@ -7,24 +7,18 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"time"
 
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_master_status
 	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue_* metrics of the queue
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/csi-resizer/csi-resizer/internal/cli"
 	"github.com/csi-resizer/csi-resizer/internal/events"
-	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/controller"
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/kubeletstats"
 	asmetrics "github.com/csi-resizer/csi-resizer/pkg/autoscale/metrics"
@@ -69,7 +63,6 @@ func Main(args []string) int {
 }
 
 func run(ctx context.Context, o *options) error {
-	logger := klog.FromContext(ctx)
 	config, client, err := o.api.Client(command)
 	if err != nil {
 		return err
@@ -80,10 +73,8 @@ func run(ctx context.Context, o *options) error {
 	}
 
 	factory := informers.NewSharedInformerFactory(client, 0)
-	broadcaster := events.NewBroadcaster(ctx)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster, recorder := events.Start(ctx, client, command)
 	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: command})
 
 	m := asmetrics.New()
 	if err := m.Register(legacyregistry.Register); err != nil {
@@ -96,17 +87,6 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	mux := http.NewServeMux()
-	var health *http.ServeMux
-	if o.httpEndpoint != "" {
-		defer cli.ServeHTTP(logger, o.httpEndpoint, o.metricsPath, mux).Close()
-		health = mux
-	}
-	var elector *lifecycle.Elector
-	if o.le.Enabled {
-		if elector, err = o.le.Elector(ctx, config, controller.Name, health); err != nil {
-			return err
-		}
-	}
-	return lifecycle.Run(ctx, workerGrace, elector, func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
+	return o.le.RunControllers(ctx, config, controller.Name, o.httpEndpoint, o.metricsPath, workerGrace,
+		func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
 }

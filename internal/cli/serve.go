@@ -121,3 +121,27 @@ func ServeHTTP(logger klog.Logger, endpoint, metricsPath string, mux *http.Serve
 	logger.Info("Serving metrics", "address", endpoint, "path", metricsPath)
 	return srv
 }
+
+// RunControllers runs a controller process's long-running part: the HTTP endpoint for metrics
+// and health checks when endpoint is set, the leader election on Lease lease when the flags
+// enable it (its health check on that endpoint), and run through lifecycle.Run, which stops it
+// with grace and releases the Lease in the order a clean handover needs.
+func (le *LeaderElection) RunControllers(ctx context.Context, config *rest.Config, lease, endpoint, metricsPath string,
+	grace time.Duration, run func(context.Context) error) error {
+	mux := http.NewServeMux()
+	var health *http.ServeMux
+	if endpoint != "" {
+		defer ServeHTTP(klog.FromContext(ctx), endpoint, metricsPath, mux).Close()
+		health = mux
+	}
+	var elector *lifecycle.Elector
+	if le.Enabled {
+		var err error
+		if elector, err = le.Elector(ctx, config, lease, health); err != nil {
+			return err
+		}
+	}
+	// With an elector, the controllers run only while this process leads; on the stop the
+	// workers finish and the Lease is released, so a standby takes over at once.
+	return lifecycle.Run(ctx, grace, elector, run)
+}
