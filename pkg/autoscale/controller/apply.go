@@ -53,7 +53,8 @@ func (c *Controller) resize(ctx context.Context, pvc *corev1.PersistentVolumeCla
 		c.fresh.Wrote(key, pvc.ResourceVersion, updated.ResourceVersion)
 		c.metrics.Patched(asmetrics.PatchSuccess)
 		c.metrics.Resized(string(d.Reason), false)
-		c.told.First(key, "resized\x00"+d.To.String())
+		// The wait for this resize is what follows: not told again as a "resizing" skip.
+		c.told.First(key, string(policy.SkipResizing))
 		logger.Info("Resized", "reason", d.Reason, "from", d.From.String(), "to", d.To.String(), "message", d.Message)
 		if d.Action == policy.Recover {
 			c.recorder.Event(pvc, corev1.EventTypeWarning, EventRecovered, what)

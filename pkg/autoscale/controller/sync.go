@@ -78,9 +78,11 @@ func (c *Controller) forget(key, namespace, name string) {
 const statsSuffix = "\x00stats"
 
 // observe sets the PVC's gauges and tells, once per error reason, that its kubelet could not
-// be read.
+// be read. Without stats this round the gauges keep their last value (unknown is not "no").
 func (c *Controller) observe(pvc *corev1.PersistentVolumeClaim, key string, s policy.Settings, st volumeState, d policy.Decision) {
-	c.metrics.SetAtLimit(pvc.Namespace, pvc.Name, d.Reason == policy.SkipAtLimit)
+	if d.Reason == policy.SkipAtLimit || st.stats != nil {
+		c.metrics.SetAtLimit(pvc.Namespace, pvc.Name, d.Reason == policy.SkipAtLimit)
+	}
 	if st.stats != nil {
 		c.metrics.SetAboveThreshold(pvc.Namespace, pvc.Name, policy.ThresholdCrossed(s, st.stats))
 	}
