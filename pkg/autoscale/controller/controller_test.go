@@ -122,6 +122,12 @@ func TestSync(t *testing.T) {
 		poller:     report(map[string]kubeletstats.VolumeStats{"web-scratch": usage(10*gi, gi/2)}),
 		wantSize:   "11Gi",
 		wantEvents: [][]string{{"Normal VolumeAutoscaled", "10Gi -> 11Gi"}},
+	}, {
+		name:       "its own request refused as infeasible: lowered back above the capacity (KEP-1790)",
+		objects:    []runtime.Object{optedIn(), infeasible(), pod("p", "n1", "data"), node("n1")},
+		poller:     report(full),
+		wantSize:   "10241Mi",
+		wantEvents: [][]string{{"Warning VolumeAutoscaleRecovered", "Lowered the request 11Gi -> 10241Mi (recover)"}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, Options{DryRun: tc.dryRun}, tc.poller, tc.objects...)
@@ -394,4 +400,53 @@ func TestCooldownThenGrowAgain(t *testing.T) {
 	}
 	checkEvents(t, h.events(), [][]string{{"VolumeAutoscaled", "10Gi -> 11Gi"}, {"VolumeAutoscaleSkipped", "cooldown"},
 		{"VolumeAutoscaled", "11Gi -> 11776Mi", "clamped to the limit"}})
+}
+
+// infeasible is PVC "data" whose resize 10Gi -> 11Gi, asked for by the autoscaler, the driver
+// refused.
+func infeasible() *corev1.PersistentVolumeClaim {
+	rec := policy.FormatRecord(policy.Record{Time: now.Add(-time.Hour), From: resource.MustParse("10Gi"), To: resource.MustParse("11Gi"),
+		Reason: policy.ReasonThresholdBytes, FSCapacity: 10 * gi})
+	c := claim("data", "11Gi", map[string]string{policy.AnnLastResize: rec})
+	c.Status.Capacity[corev1.ResourceStorage] = resource.MustParse("10Gi")
+	c.Status.AllocatedResourceStatuses = map[corev1.ResourceName]corev1.ClaimResourceStatus{
+		corev1.ResourceStorage: corev1.PersistentVolumeClaimControllerResizeInfeasible}
+	return c
+}
+
+// TestHandlersQueue: a StorageClass change queues its PVCs; a new pod queues the PVCs it
+// mounts (a new StatefulSet replica's PVC comes before its pod).
+func TestHandlersQueue(t *testing.T) {
+	h := newHarness(t, Options{}, report(nil), optedIn(), claim("data", "10Gi", nil), claimOfClass("other", "plain"))
+	drain := func() map[string]bool {
+		got := map[string]bool{}
+		for h.ctrl.queue.Len() > 0 {
+			key, _ := h.ctrl.queue.Get()
+			got[key] = true
+			h.ctrl.queue.Done(key)
+		}
+		return got
+	}
+	waitQueued := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if drain()[want] {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("%s was not queued", want)
+	}
+	drain()
+	sc := optedIn()
+	sc.Annotations[policy.AnnThreshold] = "20%"
+	if _, err := h.client.StorageV1().StorageClasses().Update(h.ctx, sc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitQueued(ns + "/data")
+	if _, err := h.client.CoreV1().Pods(ns).Create(h.ctx, statefulSetPod("web-0", "web", "", "other"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitQueued(ns + "/other")
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	testingclock "k8s.io/utils/clock/testing"
@@ -95,6 +96,8 @@ func newHarness(t *testing.T, opts Options, poller *fakePoller, objects ...runti
 	h.client.PrependReactor("patch", "persistentvolumeclaims", h.guardedPatch)
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
+	// The handlers have seen the initial lists too: what a test queues after this is its own.
+	cache.WaitForCacheSync(ctx.Done(), c.synced...)
 	t.Cleanup(func() { cancel(); c.queue.ShutDown(); factory.Shutdown() })
 	return h
 }
