@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -81,8 +80,7 @@ type options struct {
 
 	le cli.LeaderElection
 
-	httpEndpoint string
-	metricsPath  string
+	http cli.HTTP
 
 	recreate        bool
 	recordNamespace string
@@ -98,8 +96,7 @@ func addFlags(fs *pflag.FlagSet) *options {
 	fs.IntVar(&o.workers, "workers", 10, "Number of StatefulSets reconciled in parallel.")
 	fs.DurationVar(&o.resync, "resync-period", 10*time.Minute, "Resync period of the informers: every StatefulSet is re-evaluated this often even without changes. 0 disables it.")
 	o.le.AddFlags(fs, "Enable leader election (Lease \""+controller.Name+"\"). On SIGTERM the leader's workers finish the StatefulSet they are on (at most "+workerGrace.String()+"), then the Lease is released for a standby to take over at once.")
-	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
-	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+	o.http.AddFlags(fs, "health checks")
 	fs.BoolVar(&o.recreate, "recreate", true, "Once the webhook recorded a volume claim template change of an opted-in StatefulSet (annotation csi-resizer.io/desired-volume-claim-templates), replace the StatefulSet by one with those templates right away (crash-safe orphan delete and create; pods and PVCs are kept). false: reconcile the PVCs with the annotation and keep the StatefulSet as it is (needs the webhook uninstalled: the changes it accepts are applied by re-creating). Re-creates already under way are finished either way.")
 	fs.StringVar(&o.recordNamespace, "recreate-record-namespace", "", "Namespace of the re-create records (ConfigMaps): statefulset-resizer's own, where users cannot write. Defaults to the pod's namespace (POD_NAMESPACE, or the service account's); required out of a cluster.")
 	o.logging.AddFlags(fs)
@@ -112,10 +109,11 @@ func (o *options) validate() error {
 		return fmt.Errorf("--workers must be positive, got %d", o.workers)
 	case o.resync < 0:
 		return fmt.Errorf("--resync-period must not be negative, got %s", o.resync)
-	case !strings.HasPrefix(o.metricsPath, "/"):
-		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
 	}
 	if err := o.api.Validate(); err != nil {
+		return err
+	}
+	if err := o.http.Validate(); err != nil {
 		return err
 	}
 	if err := o.le.Validate(); err != nil {
@@ -149,6 +147,6 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	return o.le.RunControllers(ctx, config, controller.Name, o.httpEndpoint, o.metricsPath, workerGrace,
+	return o.le.RunControllers(ctx, config, controller.Name, o.http, workerGrace,
 		func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
 }

@@ -76,7 +76,7 @@ func TestFlagDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := options{workers: 10, api: cli.API{QPS: 5, Burst: 10}, resync: 10 * time.Minute, le: cli.LeaderElection{LeaseDuration: 15 * time.Second,
-		RenewDeadline: 10 * time.Second, RetryPeriod: 5 * time.Second, Labels: cli.LabelMap{}}, metricsPath: "/metrics",
+		RenewDeadline: 10 * time.Second, RetryPeriod: 5 * time.Second, Labels: cli.LabelMap{}}, http: cli.HTTP{MetricsPath: "/metrics"},
 		recreate: true, logging: o.logging}
 	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
 		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
@@ -105,7 +105,7 @@ func TestWebhookFlagDefaults(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	want := webhookModeOptions{api: cli.API{QPS: 5, Burst: 10}, metricsPath: "/metrics",
+	want := webhookModeOptions{api: cli.API{QPS: 5, Burst: 10}, http: cli.HTTP{MetricsPath: "/metrics"},
 		webhook: webhookOptions{port: 9443, serviceName: "statefulset-resizer", secretName: "statefulset-resizer-webhook-tls",
 			configurationName: "statefulset-resizer", checkInterval: time.Minute, shutdownDelay: 10 * time.Second},
 		logging: o.logging}

@@ -39,20 +39,18 @@ Flags:
 // webhookModeOptions are the flags of the webhook subcommand: the webhook's own, plus the
 // client, HTTP endpoint and logging flags it shares with the controller.
 type webhookModeOptions struct {
-	showVersion  bool
-	api          cli.API
-	httpEndpoint string
-	metricsPath  string
-	webhook      webhookOptions
-	logging      *logging.Logging
+	showVersion bool
+	api         cli.API
+	http        cli.HTTP
+	webhook     webhookOptions
+	logging     *logging.Logging
 }
 
 func addWebhookModeFlags(fs *pflag.FlagSet) *webhookModeOptions {
 	o := &webhookModeOptions{logging: logging.New(command + " webhook")}
 	fs.BoolVar(&o.showVersion, "version", false, "Show version.")
 	o.api.AddFlags(fs)
-	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and /healthz (example: `:8080`). Empty disables it.")
-	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+	o.http.AddFlags(fs, "/healthz")
 	addWebhookFlags(fs, &o.webhook)
 	o.logging.AddFlags(fs)
 	return o
@@ -99,9 +97,10 @@ func (o *webhookModeOptions) validate() error {
 	if err := o.api.Validate(); err != nil {
 		return err
 	}
+	if err := o.http.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case !strings.HasPrefix(o.metricsPath, "/"):
-		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
 	}
 	return o.webhook.validate()
 }
@@ -117,8 +116,8 @@ func serveWebhookMode(ctx context.Context, o *webhookModeOptions) error {
 			return err
 		}
 	}
-	if o.httpEndpoint != "" {
-		defer cli.ServeHTTP(klog.FromContext(ctx), o.httpEndpoint, o.metricsPath, http.NewServeMux()).Close()
+	if o.http.Endpoint != "" {
+		defer cli.ServeHTTP(klog.FromContext(ctx), o.http.Endpoint, o.http.MetricsPath, http.NewServeMux()).Close()
 	}
 	// stopping ends with the signal, or when the server fails.
 	stopping, stop := context.WithCancel(ctx)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -30,9 +29,8 @@ type options struct {
 	threshold, inodesThreshold, increase, minIncrease, limit string
 	defaults                                                 policy.Defaults
 
-	le           cli.LeaderElection
-	httpEndpoint string
-	metricsPath  string
+	le   cli.LeaderElection
+	http cli.HTTP
 
 	logging *logging.Logging
 }
@@ -64,8 +62,7 @@ func addFlags(fs *pflag.FlagSet) *options {
 	fs.BoolVar(&o.defaults.AllClasses, "all-storage-classes", false, "Opt in every StorageClass that allows volume expansion (as pvc-autoresizer's --no-annotation-check); "+policy.AnnAutoscale+": \"false\" still opts out.")
 
 	o.le.AddFlags(fs, "Enable leader election (Lease \""+controller.Name+"\"). On SIGTERM the leader's workers finish the PVC they are on (at most "+workerGrace.String()+"), then the Lease is released for a standby to take over at once.")
-	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
-	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+	o.http.AddFlags(fs, "health checks")
 	o.logging.AddFlags(fs)
 	return o
 }
@@ -74,8 +71,6 @@ func (o *options) validate() error {
 	switch {
 	case o.workers < 1:
 		return fmt.Errorf("--workers must be positive, got %d", o.workers)
-	case !strings.HasPrefix(o.metricsPath, "/"):
-		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
 	case o.interval <= 0:
 		return fmt.Errorf("--interval must be positive, got %s", o.interval)
 	case o.kubelet.Timeout <= 0:
@@ -98,6 +93,9 @@ func (o *options) validate() error {
 		return err
 	}
 	if err := o.api.Validate(); err != nil {
+		return err
+	}
+	if err := o.http.Validate(); err != nil {
 		return err
 	}
 	return o.le.Validate()

@@ -87,6 +87,6 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	return o.le.RunControllers(ctx, config, controller.Name, o.httpEndpoint, o.metricsPath, workerGrace,
+	return o.le.RunControllers(ctx, config, controller.Name, o.http, workerGrace,
 		func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
 }

@@ -105,6 +105,27 @@ func (le *LeaderElection) Elector(ctx context.Context, config *rest.Config, leas
 	return lifecycle.NewElector(ctx, e)
 }
 
+// HTTP is the flags of the HTTP endpoint for metrics and health checks.
+type HTTP struct {
+	Endpoint    string
+	MetricsPath string
+}
+
+// AddFlags registers --http-endpoint and --metrics-path; serves says what else the endpoint
+// serves besides the metrics, for --help.
+func (h *HTTP) AddFlags(fs *pflag.FlagSet, serves string) {
+	fs.StringVar(&h.Endpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and "+serves+" (example: `:8080`). Empty disables it.")
+	fs.StringVar(&h.MetricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+}
+
+// Validate checks --metrics-path.
+func (h *HTTP) Validate() error {
+	if !strings.HasPrefix(h.MetricsPath, "/") {
+		return fmt.Errorf("--metrics-path must start with /, got %q", h.MetricsPath)
+	}
+	return nil
+}
+
 // ServeHTTP serves the metrics and /healthz (and, with leader election, its
 // health check, registered on mux later) on endpoint; the process
 // exits if the endpoint fails.
@@ -123,15 +144,15 @@ func ServeHTTP(logger klog.Logger, endpoint, metricsPath string, mux *http.Serve
 }
 
 // RunControllers runs a controller process's long-running part: the HTTP endpoint for metrics
-// and health checks when endpoint is set, the leader election on Lease lease when the flags
+// and health checks when --http-endpoint is set, the leader election on Lease lease when the flags
 // enable it (its health check on that endpoint), and run through lifecycle.Run, which stops it
 // with grace and releases the Lease in the order a clean handover needs.
-func (le *LeaderElection) RunControllers(ctx context.Context, config *rest.Config, lease, endpoint, metricsPath string,
+func (le *LeaderElection) RunControllers(ctx context.Context, config *rest.Config, lease string, endpoint HTTP,
 	grace time.Duration, run func(context.Context) error) error {
 	mux := http.NewServeMux()
 	var health *http.ServeMux
-	if endpoint != "" {
-		defer ServeHTTP(klog.FromContext(ctx), endpoint, metricsPath, mux).Close()
+	if endpoint.Endpoint != "" {
+		defer ServeHTTP(klog.FromContext(ctx), endpoint.Endpoint, endpoint.MetricsPath, mux).Close()
 		health = mux
 	}
 	var elector *lifecycle.Elector
