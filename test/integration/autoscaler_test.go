@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -207,7 +208,8 @@ func TestVolumeAutoscaler(t *testing.T) {
 		}
 	})
 
-	p := framework.StartProcess(t, "volume-autoscaler", binary, args...)
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t))
+	p := framework.StartProcess(t, "volume-autoscaler", binary, append(args, "--http-endpoint="+metricsAddr)...)
 	t.Cleanup(func() {
 		kubelet.mu.Lock()
 		defer kubelet.mu.Unlock()
@@ -266,6 +268,24 @@ func TestVolumeAutoscaler(t *testing.T) {
 	waitForEvent(t, client, ns, "bad", "VolumeAutoscaleBadAnnotation", policy.AnnThreshold, `"ten"`, "PVC "+ns+"/bad")
 	if pvc := getClaim(t, client, ns, "bad"); requestOf(pvc) != "1Gi" || pvc.Annotations[policy.AnnLastResize] != "" {
 		t.Errorf("the PVC with a bad annotation was changed: %s", framework.DescribeClaim(pvc))
+	}
+	// The metrics the alerts and dashboards read, from the process's endpoint.
+	metrics := scrape(t, "http://"+metricsAddr+"/metrics")
+	for _, want := range []string{
+		`volume_autoscaler_resizes_total{reason="threshold-bytes"} 2`,
+		`volume_autoscaler_pvc_at_limit{namespace="` + ns + `",persistentvolumeclaim="data"} 1`,
+		`volume_autoscaler_pvc_above_threshold{namespace="` + ns + `",persistentvolumeclaim="data"} 1`,
+		`volume_autoscaler_pvc_patches_total{result="success"} 2`,
+		`volume_autoscaler_skips_total{reason="bad-settings"}`,
+		`volume_autoscaler_stats_read_last_duration_seconds{node="` + framework.DefaultNodeName + `"}`,
+		`leader_election_master_status{name="volume-autoscaler"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	if strings.Contains(metrics, "volume_autoscaler_stats_read_errors_total{") {
+		t.Errorf("kubelet read errors counted:\n%s", metrics)
 	}
 	if p.LogContains("is forbidden") {
 		t.Errorf("the shipped ServiceAccount lacks a permission:\n%s", p.LogTail(40))
@@ -353,4 +373,19 @@ func waitForEvent(t *testing.T, client kubernetes.Interface, ns, pvc, reason str
 		}
 		return false, fmt.Sprintf("no event %s containing %q on PVC %s; events: %q", reason, parts, pvc, seen)
 	})
+}
+
+// scrape returns the text of a metrics endpoint.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url) //nolint:gosec // the test's own endpoint
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s, %v", url, resp.Status, err)
+	}
+	return string(body)
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -449,4 +450,37 @@ func TestHandlersQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitQueued(ns + "/other")
+}
+
+// TestRunPollsEveryInterval: Run polls at once, then on every tick of the clock, and its
+// workers act on what the poll found.
+func TestRunPollsEveryInterval(t *testing.T) {
+	poller := report(map[string]kubeletstats.VolumeStats{"data": usage(10*gi, gi/2)})
+	h := newHarness(t, Options{Interval: time.Minute}, poller, optedIn(), claim("data", "10Gi", nil), pod("p", "n1", "data"), node("n1"))
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(h.ctx)
+	go func() { done <- h.ctrl.Run(ctx, 2) }()
+	polls := func() int {
+		poller.mu.Lock()
+		defer poller.mu.Unlock()
+		return len(poller.asked)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (polls: %d)", what, polls())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("the first poll and its resize", func() bool { return polls() == 1 && h.pvc("data").Annotations[policy.AnnLastResize] != "" })
+	waitFor("the ticker", h.clock.HasWaiters)
+	h.clock.Step(time.Minute)
+	waitFor("the second poll", func() bool { return polls() == 2 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
