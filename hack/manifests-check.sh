@@ -109,6 +109,7 @@ expect() { # DIR "Kind=N ..." [namespace-agnostic]
 }
 expect rbac "ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 ServiceAccount=1" namespace-agnostic
 expect statefulset-resizer "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=2 RoleBinding=2 Service=1 ServiceAccount=1" namespace-agnostic
+expect volume-autoscaler "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=1 RoleBinding=1 Service=1 ServiceAccount=1" namespace-agnostic
 expect monitoring "PrometheusRule=1 ServiceMonitor=2" namespace-agnostic
 expect monitoring/csi-resizer-service "Service=1" namespace-agnostic
 expect sidecar/examples/csi-hostpath "ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 Service=1 ServiceAccount=1 StatefulSet=1"
@@ -146,6 +147,12 @@ if render "$w" "$tmp/ns-node"; then
 fi
 w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/statefulset-resizer')
 render "$w" "$tmp/ns-sts" && check_subjects statefulset-resizer "$tmp/ns-sts" manifests-check
+# volume-autoscaler: its bindings get the namespace; the kubelet's stats, never the node proxy.
+w=$(wrapper "$deploy" $'namespace: manifests-check\nresources:\n- @REL@/volume-autoscaler')
+if render "$w" "$tmp/ns-va"; then
+  check_subjects volume-autoscaler "$tmp/ns-va" manifests-check
+  grep -q 'nodes/proxy' "$tmp/ns-va" && fail "volume-autoscaler: nodes/proxy must not be granted"
+fi
 # The webhook component: its own Deployment and ServiceAccount, its configuration calls the
 # Service in the user's namespace, its bindings get the namespace, and the controller's Deployment
 # does not serve the webhook.

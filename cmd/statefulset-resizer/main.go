@@ -8,31 +8,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/metrics/legacyregistry"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo/leaderelection" // leader_election_master_status
 	_ "k8s.io/component-base/metrics/prometheus/workqueue"               // workqueue_* metrics of the queue
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-resizer/csi-resizer/internal/cli"
 	"github.com/csi-resizer/csi-resizer/internal/events"
-	"github.com/csi-resizer/csi-resizer/internal/lifecycle"
 	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/controller"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
@@ -78,52 +66,21 @@ func Main(args []string) int {
 	}
 	fs := pflag.NewFlagSet(command, pflag.ContinueOnError)
 	opts := addFlags(fs)
-	err := parseFlags(fs, args, webhookOnly)
-	switch {
-	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprint(os.Stdout, usage, fs.FlagUsages())
-		return 0
-	case err != nil:
-		return opts.logging.Fail(os.Stderr, 2, err)
-	case fs.NArg() > 0:
-		return opts.logging.Fail(os.Stderr, 2, fmt.Errorf("unexpected argument %q (the subcommands are \"webhook\" and \"wait\", given first; see --help)", fs.Arg(0)))
-	case opts.showVersion:
-		fmt.Fprintln(os.Stdout, command, version)
-		return 0
-	}
-	if err := opts.logging.Apply(); err != nil {
-		return opts.logging.Fail(os.Stderr, 2, err)
-	}
-	if err := opts.validate(); err != nil {
-		return opts.logging.Fail(os.Stderr, 2, err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	klog.FromContext(ctx).Info("Starting", "command", command, "version", version)
-	if err := run(ctx, opts); err != nil {
-		return opts.logging.Fail(os.Stderr, 1, err)
-	}
-	klog.Flush()
-	return 0
+	return cli.Start{Command: command, Version: version, Usage: usage, Flags: fs, Logging: opts.logging,
+		ShowVersion: &opts.showVersion, Elsewhere: webhookOnly,
+		ArgsHint: `the subcommands are "webhook" and "wait", given first; see --help`,
+		Validate: opts.validate, Run: func(ctx context.Context) error { return run(ctx, opts) }}.Main(args)
 }
 
 type options struct {
 	showVersion bool
-	kubeconfig  string
+	api         cli.API
 	workers     int
-	qps         float64
-	burst       int
 	resync      time.Duration
 
-	leaderElection          bool
-	leaderElectionNamespace string
-	leaseDuration           time.Duration
-	renewDeadline           time.Duration
-	retryPeriod             time.Duration
-	leaderElectionLabels    labelMap
+	le cli.LeaderElection
 
-	httpEndpoint string
-	metricsPath  string
+	http cli.HTTP
 
 	recreate        bool
 	recordNamespace string
@@ -133,21 +90,13 @@ type options struct {
 }
 
 func addFlags(fs *pflag.FlagSet) *options {
-	o := &options{leaderElectionLabels: labelMap{}, logging: logging.New(command)}
+	o := &options{logging: logging.New(command)}
 	fs.BoolVar(&o.showVersion, "version", false, "Show version.")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
+	o.api.AddFlags(fs)
 	fs.IntVar(&o.workers, "workers", 10, "Number of StatefulSets reconciled in parallel.")
-	fs.Float64Var(&o.qps, "kube-api-qps", 5, "QPS to use while communicating with the kubernetes apiserver.")
-	fs.IntVar(&o.burst, "kube-api-burst", 10, "Burst to use while communicating with the kubernetes apiserver.")
 	fs.DurationVar(&o.resync, "resync-period", 10*time.Minute, "Resync period of the informers: every StatefulSet is re-evaluated this often even without changes. 0 disables it.")
-	fs.BoolVar(&o.leaderElection, "leader-election", false, "Enable leader election (Lease \""+controller.Name+"\"). On SIGTERM the leader's workers finish the StatefulSet they are on (at most "+workerGrace.String()+"), then the Lease is released for a standby to take over at once.")
-	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease. Defaults to the pod's namespace.")
-	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", 15*time.Second, "Duration that non-leader candidates wait before forcing to acquire leadership.")
-	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "Duration that the acting leader retries refreshing leadership before giving up.")
-	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", 5*time.Second, "Duration the leader election clients wait between tries of actions.")
-	fs.Var(&o.leaderElectionLabels, "leader-election-labels", "Labels added to the Lease while this replica leads, as key:value pairs separated by commas, e.g. 'team:storage,tier:control'.")
-	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and health checks (example: `:8080`). Empty disables it.")
-	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+	o.le.AddFlags(fs, "Enable leader election (Lease \""+controller.Name+"\"). On SIGTERM the leader's workers finish the StatefulSet they are on (at most "+workerGrace.String()+"), then the Lease is released for a standby to take over at once.")
+	o.http.AddFlags(fs, "health checks")
 	fs.BoolVar(&o.recreate, "recreate", true, "Once the webhook recorded a volume claim template change of an opted-in StatefulSet (annotation csi-resizer.io/desired-volume-claim-templates), replace the StatefulSet by one with those templates right away (crash-safe orphan delete and create; pods and PVCs are kept). false: reconcile the PVCs with the annotation and keep the StatefulSet as it is (needs the webhook uninstalled: the changes it accepts are applied by re-creating). Re-creates already under way are finished either way.")
 	fs.StringVar(&o.recordNamespace, "recreate-record-namespace", "", "Namespace of the re-create records (ConfigMaps): statefulset-resizer's own, where users cannot write. Defaults to the pod's namespace (POD_NAMESPACE, or the service account's); required out of a cluster.")
 	o.logging.AddFlags(fs)
@@ -158,25 +107,17 @@ func (o *options) validate() error {
 	switch {
 	case o.workers < 1:
 		return fmt.Errorf("--workers must be positive, got %d", o.workers)
-	case o.qps <= 0:
-		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.qps)
-	case o.burst < 1:
-		return fmt.Errorf("--kube-api-burst must be positive, got %d", o.burst)
 	case o.resync < 0:
 		return fmt.Errorf("--resync-period must not be negative, got %s", o.resync)
-	case !strings.HasPrefix(o.metricsPath, "/"):
-		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
 	}
-	if o.leaderElection {
-		// client-go's leader election refuses these; say it in one line naming the flags.
-		switch {
-		case o.retryPeriod <= 0:
-			return fmt.Errorf("--leader-election-retry-period must be positive, got %s", o.retryPeriod)
-		case float64(o.renewDeadline) <= 1.2*float64(o.retryPeriod):
-			return fmt.Errorf("--leader-election-renew-deadline (%s) must be greater than 1.2 × --leader-election-retry-period (%s)", o.renewDeadline, o.retryPeriod)
-		case o.leaseDuration <= o.renewDeadline:
-			return fmt.Errorf("--leader-election-lease-duration (%s) must be greater than --leader-election-renew-deadline (%s)", o.leaseDuration, o.renewDeadline)
-		}
+	if err := o.api.Validate(); err != nil {
+		return err
+	}
+	if err := o.http.Validate(); err != nil {
+		return err
+	}
+	if err := o.le.Validate(); err != nil {
+		return err
 	}
 	if o.recordNamespace == "" {
 		o.recordNamespace = podNamespace()
@@ -187,50 +128,15 @@ func (o *options) validate() error {
 	return nil
 }
 
-// labelMap is a flag value of key:value pairs separated by commas, the format
-// of the CSI sidecars' --leader-election-labels.
-type labelMap map[string]string
-
-func (m labelMap) String() string {
-	var parts []string
-	for k, v := range m {
-		parts = append(parts, k+":"+v)
-	}
-	return strings.Join(parts, ",")
-}
-
-func (m labelMap) Set(value string) error {
-	for _, item := range strings.Split(value, ",") {
-		k, v, ok := strings.Cut(item, ":")
-		if !ok || k == "" || strings.Contains(v, ":") {
-			return fmt.Errorf("malformed label %q, want key:value", item)
-		}
-		m[k] = v
-	}
-	return nil
-}
-
-// Type names the value in --help.
-func (labelMap) Type() string { return "key:value,..." }
-
 func run(ctx context.Context, o *options) error {
-	logger := klog.FromContext(ctx)
-	config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	config, client, err := o.api.Client(command)
 	if err != nil {
-		return fmt.Errorf("building the Kubernetes client config (check --kubeconfig): %w", err)
-	}
-	config.QPS, config.Burst = float32(o.qps), o.burst
-	config = rest.AddUserAgent(config, command)
-	client, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		return fmt.Errorf("creating the Kubernetes client: %w", err)
+		return err
 	}
 
 	factory := informers.NewSharedInformerFactory(client, o.resync)
-	broadcaster := events.NewBroadcaster(ctx)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	broadcaster, recorder := events.Start(ctx, client, command)
 	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: command})
 
 	m := ssmetrics.New()
 	if err := m.Register(legacyregistry.Register); err != nil {
@@ -241,60 +147,6 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	mux := http.NewServeMux()
-	if o.httpEndpoint != "" {
-		defer serveHTTP(logger, o.httpEndpoint, o.metricsPath, mux).Close()
-	}
-	var elector *lifecycle.Elector
-	if o.leaderElection {
-		if elector, err = newElector(ctx, o, config, mux); err != nil {
-			return err
-		}
-	}
-	// With an elector, the controller runs only while this process leads; on the stop its
-	// workers finish and the Lease is released, so a standby takes over at once.
-	return lifecycle.Run(ctx, workerGrace, elector, func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
-}
-
-// serveHTTP serves the metrics and /healthz (and, with leader election, its
-// health check, registered on mux later) on --http-endpoint; the process
-// exits if the endpoint fails.
-func serveHTTP(logger klog.Logger, endpoint, metricsPath string, mux *http.ServeMux) *http.Server {
-	mux.Handle(metricsPath, legacyregistry.Handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	srv := &http.Server{Addr: endpoint, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error(err, "HTTP endpoint failed", "address", endpoint)
-			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-		}
-	}()
-	logger.Info("Serving metrics", "address", endpoint, "path", metricsPath)
-	return srv
-}
-
-// newElector prepares the leader election on the Lease "statefulset-resizer", as the flags
-// say, with its health check on mux when the HTTP endpoint is on. The Lease is always released
-// on a clean stop: unlike csi-resizer, statefulset-resizer has no upstream whose default it must
-// keep.
-func newElector(ctx context.Context, o *options, config *rest.Config, mux *http.ServeMux) (*lifecycle.Elector, error) {
-	// A separate client, so that leader election is not starved when the
-	// controller's client is throttled by --kube-api-qps.
-	leClient, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		return nil, fmt.Errorf("creating the leader election client: %w", err)
-	}
-	identity, err := lifecycle.Identity()
-	if err != nil {
-		return nil, err
-	}
-	e := lifecycle.Election{
-		Client: leClient, Lease: controller.Name, Namespace: o.leaderElectionNamespace, Identity: identity,
-		Labels: o.leaderElectionLabels, LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline,
-		RetryPeriod: o.retryPeriod, Release: true,
-	}
-	if o.httpEndpoint != "" {
-		e.Health = mux
-	}
-	return lifecycle.NewElector(ctx, e)
+	return o.le.RunControllers(ctx, config, controller.Name, o.http, workerGrace,
+		func(ctx context.Context) error { return ctrl.Run(ctx, o.workers) })
 }

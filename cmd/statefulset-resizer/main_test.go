@@ -1,78 +1,25 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/csi-resizer/csi-resizer/internal/cli"
+	"github.com/csi-resizer/csi-resizer/test/framework"
 )
-
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-// build compiles the command once for the package's tests: its exit codes and stderr are
-// those of a process (the logging it sets up is the process's, once).
-func build(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "statefulset-resizer-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, command)
-		out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binary != "" {
-		_ = os.RemoveAll(filepath.Dir(binary))
-	}
-	os.Exit(code)
-}
 
 // runBinary runs the command with args; nothing here reaches an apiserver, so it ends at once.
+// The build is the process's: its exit codes and stderr are those of a process (the logging it
+// sets up is the process's, once).
 func runBinary(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	bin := build(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.ExitCode() >= 0:
-		code = exit.ExitCode()
-	default:
-		t.Fatalf("%s %v: %v (stderr %q)", command, args, err, errOut.String())
-	}
-	return code, out.String(), errOut.String()
+	return framework.RunCommand(t, framework.BuildCommand(t, command), args...)
 }
 
 func TestVersionAndHelp(t *testing.T) {
@@ -128,8 +75,8 @@ func TestFlagDefaults(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	want := options{workers: 10, qps: 5, burst: 10, resync: 10 * time.Minute, leaseDuration: 15 * time.Second,
-		renewDeadline: 10 * time.Second, retryPeriod: 5 * time.Second, metricsPath: "/metrics", leaderElectionLabels: labelMap{},
+	want := options{workers: 10, api: cli.API{QPS: 5, Burst: 10}, resync: 10 * time.Minute, le: cli.LeaderElection{LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second, RetryPeriod: 5 * time.Second, Labels: cli.LabelMap{}}, http: cli.HTTP{MetricsPath: "/metrics"},
 		recreate: true, logging: o.logging}
 	if fmt.Sprintf("%+v", *o) != fmt.Sprintf("%+v", want) {
 		t.Errorf("defaults\n got  %+v\n want %+v", *o, want)
@@ -144,8 +91,8 @@ func TestFlagDefaults(t *testing.T) {
 	if o.logging.Config.Format != "text" || o.logging.Config.Verbosity != 0 {
 		t.Errorf("logging defaults %q -v=%d, want text and 0", o.logging.Config.Format, o.logging.Config.Verbosity)
 	}
-	if err := fs.Parse([]string{"--leader-election-labels", "a:b,c:d"}); err != nil || o.leaderElectionLabels["a"] != "b" || o.leaderElectionLabels["c"] != "d" {
-		t.Errorf("labels: %v %v", o.leaderElectionLabels, err)
+	if err := fs.Parse([]string{"--leader-election-labels", "a:b,c:d"}); err != nil || o.le.Labels["a"] != "b" || o.le.Labels["c"] != "d" {
+		t.Errorf("labels: %v %v", o.le.Labels, err)
 	}
 	if err := fs.Parse([]string{"-v=4", "--recreate=false"}); err != nil || o.logging.Config.Verbosity != 4 || o.recreate {
 		t.Errorf("-v=4 --recreate=false: -v=%d recreate=%t %v", o.logging.Config.Verbosity, o.recreate, err)
@@ -158,7 +105,7 @@ func TestWebhookFlagDefaults(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	want := webhookModeOptions{qps: 5, burst: 10, metricsPath: "/metrics",
+	want := webhookModeOptions{api: cli.API{QPS: 5, Burst: 10}, http: cli.HTTP{MetricsPath: "/metrics"},
 		webhook: webhookOptions{port: 9443, serviceName: "statefulset-resizer", secretName: "statefulset-resizer-webhook-tls",
 			configurationName: "statefulset-resizer", checkInterval: time.Minute, shutdownDelay: 10 * time.Second},
 		logging: o.logging}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/csi-resizer/csi-resizer/internal/cli"
 	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/wait"
 )
@@ -65,7 +66,7 @@ func runWait(args []string) int {
 	fs := pflag.NewFlagSet(command+" wait", pflag.ContinueOnError)
 	o := addWaitFlags(fs)
 	failed := int(wait.Failed)
-	switch err := parseFlags(fs, args, nil); {
+	switch err := cli.ParseFlags(fs, args, nil); {
 	case errors.Is(err, pflag.ErrHelp):
 		fmt.Fprint(os.Stdout, waitUsage, fs.FlagUsages())
 		return 0

@@ -3,24 +3,20 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/csi-resizer/csi-resizer/internal/cli"
 	"github.com/csi-resizer/csi-resizer/internal/logging"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/webhook"
 )
@@ -43,24 +39,18 @@ Flags:
 // webhookModeOptions are the flags of the webhook subcommand: the webhook's own, plus the
 // client, HTTP endpoint and logging flags it shares with the controller.
 type webhookModeOptions struct {
-	showVersion  bool
-	kubeconfig   string
-	qps          float64
-	burst        int
-	httpEndpoint string
-	metricsPath  string
-	webhook      webhookOptions
-	logging      *logging.Logging
+	showVersion bool
+	api         cli.API
+	http        cli.HTTP
+	webhook     webhookOptions
+	logging     *logging.Logging
 }
 
 func addWebhookModeFlags(fs *pflag.FlagSet) *webhookModeOptions {
 	o := &webhookModeOptions{logging: logging.New(command + " webhook")}
 	fs.BoolVar(&o.showVersion, "version", false, "Show version.")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Absolute path to the kubeconfig file. Required only when running out of cluster.")
-	fs.Float64Var(&o.qps, "kube-api-qps", 5, "QPS to use while communicating with the kubernetes apiserver.")
-	fs.IntVar(&o.burst, "kube-api-burst", 10, "Burst to use while communicating with the kubernetes apiserver.")
-	fs.StringVar(&o.httpEndpoint, "http-endpoint", "", "TCP address of the HTTP server for metrics and /healthz (example: `:8080`). Empty disables it.")
-	fs.StringVar(&o.metricsPath, "metrics-path", "/metrics", "HTTP path of the Prometheus metrics.")
+	o.api.AddFlags(fs)
+	o.http.AddFlags(fs, "/healthz")
 	addWebhookFlags(fs, &o.webhook)
 	o.logging.AddFlags(fs)
 	return o
@@ -98,43 +88,19 @@ func webhookOnly(name string) string {
 func runWebhook(args []string) int {
 	fs := pflag.NewFlagSet(command+" webhook", pflag.ContinueOnError)
 	o := addWebhookModeFlags(fs)
-	err := parseFlags(fs, args, controllerOnly)
-	switch {
-	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprint(os.Stdout, webhookUsage, fs.FlagUsages())
-		return 0
-	case err != nil:
-		return o.logging.Fail(os.Stderr, 2, err)
-	case fs.NArg() > 0:
-		return o.logging.Fail(os.Stderr, 2, fmt.Errorf("unexpected argument %q (see webhook --help)", fs.Arg(0)))
-	case o.showVersion:
-		fmt.Fprintln(os.Stdout, command, version)
-		return 0
-	}
-	if err := o.logging.Apply(); err != nil {
-		return o.logging.Fail(os.Stderr, 2, err)
-	}
-	if err := o.validate(); err != nil {
-		return o.logging.Fail(os.Stderr, 2, err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	klog.FromContext(ctx).Info("Starting", "command", command, "mode", "webhook", "version", version)
-	if err := serveWebhookMode(ctx, o); err != nil {
-		return o.logging.Fail(os.Stderr, 1, err)
-	}
-	klog.Flush()
-	return 0
+	return cli.Start{Command: command, Version: version, Usage: webhookUsage, Flags: fs, Logging: o.logging,
+		ShowVersion: &o.showVersion, Elsewhere: controllerOnly, ArgsHint: "see webhook --help", LogValues: []any{"mode", "webhook"},
+		Validate: o.validate, Run: func(ctx context.Context) error { return serveWebhookMode(ctx, o) }}.Main(args)
 }
 
 func (o *webhookModeOptions) validate() error {
+	if err := o.api.Validate(); err != nil {
+		return err
+	}
+	if err := o.http.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case o.qps <= 0:
-		return fmt.Errorf("--kube-api-qps must be positive, got %v", o.qps)
-	case o.burst < 1:
-		return fmt.Errorf("--kube-api-burst must be positive, got %d", o.burst)
-	case !strings.HasPrefix(o.metricsPath, "/"):
-		return fmt.Errorf("--metrics-path must start with /, got %q", o.metricsPath)
 	}
 	return o.webhook.validate()
 }
@@ -145,17 +111,13 @@ func serveWebhookMode(ctx context.Context, o *webhookModeOptions) error {
 	var client kubernetes.Interface
 	if o.webhook.certFile == "" {
 		// Only the generated certificate calls the API (webhook.CertManager).
-		config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-		if err != nil {
-			return fmt.Errorf("building the Kubernetes client config (check --kubeconfig): %w", err)
-		}
-		config.QPS, config.Burst = float32(o.qps), o.burst
-		if client, err = kubernetes.NewForConfig(rest.AddUserAgent(config, command+"-webhook")); err != nil {
-			return fmt.Errorf("creating the Kubernetes client: %w", err)
+		var err error
+		if _, client, err = o.api.Client(command + "-webhook"); err != nil {
+			return err
 		}
 	}
-	if o.httpEndpoint != "" {
-		defer serveHTTP(klog.FromContext(ctx), o.httpEndpoint, o.metricsPath, http.NewServeMux()).Close()
+	if o.http.Endpoint != "" {
+		defer cli.ServeHTTP(klog.FromContext(ctx), o.http.Endpoint, o.http.MetricsPath, http.NewServeMux()).Close()
 	}
 	// stopping ends with the signal, or when the server fails.
 	stopping, stop := context.WithCancel(ctx)

@@ -104,6 +104,25 @@ var expectedRoles = []struct {
 		},
 	},
 	{
+		kind: "ClusterRole", name: "volume-autoscaler",
+		why: "volume-autoscaler (volume-autoscaler/clusterrole.yaml; informers: list and watch, no get; the kubelet's stats as nodes/stats, never nodes/proxy)",
+		grants: map[grant][]string{
+			{"", "nodes"}:                        {"list", "watch"},
+			{"", "nodes/stats"}:                  {"get"},
+			{"", "pods"}:                         {"list", "watch"},
+			{"", "persistentvolumeclaims"}:       {"list", "watch", "patch"},
+			{"storage.k8s.io", "storageclasses"}: {"list", "watch"},
+			{"", "events"}:                       {"create", "patch"},
+		},
+	},
+	{
+		kind: "Role", name: "volume-autoscaler-leader-election",
+		why: "volume-autoscaler's leader-election Lease (client-go LeaseLock: get, create, update)",
+		grants: map[grant][]string{
+			{"coordination.k8s.io", "leases"}: {"get", "create", "update"},
+		},
+	},
+	{
 		kind: "Role", name: "statefulset-resizer-leader-election",
 		why: "statefulset-resizer's leader-election Lease (client-go LeaseLock: get, create, update)",
 		grants: map[grant][]string{

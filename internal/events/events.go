@@ -15,7 +15,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 )
@@ -80,4 +82,12 @@ func (s *flushSink) Create(e *v1.Event) (*v1.Event, error) {
 		return e, nil
 	}
 	return s.EventSink.Create(e)
+}
+
+// Start returns a broadcaster writing to the API's events through client, and its recorder for
+// component. Call Shutdown on the broadcaster once the workers have stopped.
+func Start(ctx context.Context, client kubernetes.Interface, component string) (*Broadcaster, record.EventRecorder) {
+	b := NewBroadcaster(ctx)
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b, b.NewRecorder(scheme.Scheme, v1.EventSource{Component: component})
 }

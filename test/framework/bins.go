@@ -2,6 +2,8 @@ package framework
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // EnvK8sBins names a directory with prebuilt etcd, kube-apiserver,
@@ -216,4 +219,25 @@ func modulePath(gomod []byte) string {
 		}
 	}
 	return ""
+}
+
+// RunCommand runs binary with args to its end (at most 30s) and returns its exit code, stdout
+// and stderr: the command tests' check of exit codes and of the one line a bad flag prints.
+func RunCommand(t testing.TB, binary string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && exit.ExitCode() >= 0:
+		code = exit.ExitCode()
+	default:
+		t.Fatalf("%s %v: %v (stderr %q)", filepath.Base(binary), args, err, errOut.String())
+	}
+	return code, out.String(), errOut.String()
 }

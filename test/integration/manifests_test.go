@@ -136,6 +136,14 @@ components:
 			"MutatingWebhookConfiguration": 1, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3},
 	},
 	{
+		name: "volume-autoscaler",
+		wrapper: `namespace: csi-resizer-system
+resources:
+- @DEPLOY@/volume-autoscaler
+`,
+		want: map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "Deployment": 1, "Service": 1},
+	},
+	{
 		name: "monitoring",
 		wrapper: `namespace: monitoring
 resources:
@@ -200,7 +208,7 @@ func TestManifestsRBACEffective(t *testing.T) {
 		kubectl(t, cluster, "create", "namespace", ns)
 	}
 	for _, r := range manifestRenders {
-		if r.name != "rbac with controller-expand-secrets" {
+		if r.name != "rbac with controller-expand-secrets" && r.name != "volume-autoscaler" {
 			continue
 		}
 		kubectlInput(t, cluster, render(t, cluster, deploy, r), "apply", "-f", "-")
@@ -220,6 +228,7 @@ components:
 	const sidecar = "system:serviceaccount:csi-driver:csi-resizer"
 	const controller = "system:serviceaccount:csi-resizer-system:statefulset-resizer"
 	const webhook = "system:serviceaccount:csi-resizer-system:statefulset-resizer-webhook"
+	const autoscaler = "system:serviceaccount:csi-resizer-system:volume-autoscaler"
 	cases := []struct {
 		as, ns, verb, resource, subresource string
 		want                                bool
@@ -321,6 +330,24 @@ components:
 		{webhook, "csi-resizer-system", "update", "leases.coordination.k8s.io", "", false},
 		{webhook, "app", "create", "events", "", false},
 		{webhook, "app", "create", "serviceaccounts", "token", false},
+		// volume-autoscaler: the kubelet's stats, never the node proxy
+		{autoscaler, "", "get", "nodes", "stats", true},
+		{autoscaler, "", "get", "nodes", "proxy", false},
+		{autoscaler, "", "create", "nodes", "proxy", false},
+		{autoscaler, "", "watch", "nodes", "", true},
+		{autoscaler, "", "patch", "nodes", "", false},
+		{autoscaler, "app", "watch", "pods", "", true},
+		{autoscaler, "app", "create", "pods", "exec", false},
+		{autoscaler, "app", "patch", "persistentvolumeclaims", "", true},
+		{autoscaler, "app", "patch", "persistentvolumeclaims", "status", false},
+		{autoscaler, "app", "delete", "persistentvolumeclaims", "", false},
+		{autoscaler, "", "watch", "storageclasses.storage.k8s.io", "", true},
+		{autoscaler, "", "patch", "storageclasses.storage.k8s.io", "", false},
+		{autoscaler, "app", "create", "events", "", true},
+		{autoscaler, "app", "get", "secrets", "", false},
+		{autoscaler, "csi-resizer-system", "update", "leases.coordination.k8s.io", "", true},
+		{autoscaler, "elsewhere", "update", "leases.coordination.k8s.io", "", false},
+		{autoscaler, "app", "patch", "statefulsets.apps", "", false},
 	}
 	for _, c := range cases {
 		args := []string{"auth", "can-i", c.verb, c.resource, "--as=" + c.as}

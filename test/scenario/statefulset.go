@@ -56,7 +56,15 @@ const (
 func ApplyStatefulSetResizerRBAC(t testing.TB, cluster *framework.Cluster, ns string) string {
 	t.Helper()
 	base := filepath.Join("deploy", "kubernetes", "statefulset-resizer")
-	rendered := renderInNamespace(t, cluster, ns, base, filepath.Join(base, "webhook"))
+	applyRBAC(t, cluster, ns, base, filepath.Join(base, "webhook"))
+	return cluster.ServiceAccountKubeconfig(t, ns, ControllerServiceAccount)
+}
+
+// applyRBAC renders base (with components) in namespace ns and applies only its RBAC objects
+// and ServiceAccounts; every RBAC kind must be in the render.
+func applyRBAC(t testing.TB, cluster *framework.Cluster, ns, base string, components ...string) {
+	t.Helper()
+	rendered := renderInNamespace(t, cluster, ns, base, components...)
 	var keep []string
 	kinds := map[string]int{}
 	for _, doc := range strings.Split(rendered, "\n---\n") {
@@ -64,7 +72,7 @@ func ApplyStatefulSetResizerRBAC(t testing.TB, cluster *framework.Cluster, ns st
 			Kind string `json:"kind"`
 		}
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			t.Fatalf("rendered statefulset-resizer manifest: %v\n%s", err, doc)
+			t.Fatalf("rendered %s manifest: %v\n%s", base, err, doc)
 		}
 		if rbacKinds[meta.Kind] {
 			keep = append(keep, doc)
@@ -73,13 +81,12 @@ func ApplyStatefulSetResizerRBAC(t testing.TB, cluster *framework.Cluster, ns st
 	}
 	for kind := range rbacKinds {
 		if kinds[kind] == 0 {
-			t.Fatalf("deploy/kubernetes/statefulset-resizer renders no %s (rendered kinds: %v)", kind, kinds)
+			t.Fatalf("%s renders no %s (rendered kinds: %v)", base, kind, kinds)
 		}
 	}
 	if out, err := cluster.KubectlWithInput(t, strings.Join(keep, "\n---\n"), "apply", "-f", "-"); err != nil {
-		t.Fatalf("apply the statefulset-resizer RBAC: %v\n%s", err, out)
+		t.Fatalf("apply the RBAC of %s: %v\n%s", base, err, out)
 	}
-	return cluster.ServiceAccountKubeconfig(t, ns, ControllerServiceAccount)
 }
 
 // WebhookKubeconfig returns a kubeconfig of the webhook's ServiceAccount in ns (applied by

@@ -46,6 +46,7 @@ import (
 
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
+	"github.com/csi-resizer/csi-resizer/pkg/internal/tellonce"
 	ssmetrics "github.com/csi-resizer/csi-resizer/pkg/statefulset/metrics"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/plan"
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/recreate"
@@ -105,7 +106,7 @@ type Controller struct {
 	// invalidDesire, invalidRecord and recreateHeldBack dedup the events
 	// about an unusable desired-templates annotation, an unreadable re-create
 	// record and a re-create held back.
-	invalidDesire, invalidRecord, recreateHeldBack, recreateRefused onceCache
+	invalidDesire, invalidRecord, recreateHeldBack, recreateRefused tellonce.Memo
 	// fresh holds the versions this process's PVC patches and status writes
 	// replaced (keys from writeKey), until the cache shows the writes.
 	fresh *freshness.Tracker
@@ -253,9 +254,9 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 	if apierrors.IsNotFound(err) {
 		c.metrics.ForgetStatefulSet(namespace, name)
 		c.events.forget(key)
-		c.invalidDesire.forget(key)
-		c.recreateHeldBack.forget(key)
-		c.recreateRefused.forget(key)
+		c.invalidDesire.Forget(key)
+		c.recreateHeldBack.Forget(key)
+		c.recreateRefused.Forget(key)
 		c.fresh.Forget(writeKey("sts", namespace, name))
 		sts = nil
 	} else if err != nil {
@@ -297,10 +298,10 @@ func (c *Controller) sync(ctx context.Context, key string) (err error) {
 func (c *Controller) tellRecreateHeldBack(sts *appsv1.StatefulSet, key string, templates []corev1.PersistentVolumeClaim) {
 	blocked := recreate.Blocked(sts)
 	if !c.recreate || blocked == "" || !recreate.Pending(true, sts, templates) || !c.optedIn(sts) {
-		c.recreateHeldBack.forget(key)
+		c.recreateHeldBack.Forget(key)
 		return
 	}
-	if c.recreateHeldBack.first(key, blocked) {
+	if c.recreateHeldBack.First(key, blocked) {
 		c.recorder.Eventf(sts, corev1.EventTypeNormal, EventRecreateWaiting,
 			"The volume claim template change is recorded; the re-create waits: %s (the PVCs follow the change meanwhile)", blocked)
 	}

@@ -3,7 +3,6 @@ package controller
 import (
 	"fmt"
 	"strings"
-	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +28,7 @@ const EventInvalidDesiredTemplates = "InvalidDesiredVolumeClaimTemplates"
 func (c *Controller) desiredTemplates(sts *appsv1.StatefulSet, key string) ([]corev1.PersistentVolumeClaim, string) {
 	ds, ok, err := desired.FromStatefulSet(sts)
 	if !ok {
-		c.invalidDesire.forget(key)
+		c.invalidDesire.Forget(key)
 		return nil, ""
 	}
 	value := sts.Annotations[desired.Annotation]
@@ -44,14 +43,14 @@ func (c *Controller) desiredTemplates(sts *appsv1.StatefulSet, key string) ([]co
 		templates, err = desired.Apply(sts.Spec.VolumeClaimTemplates, ds)
 	}
 	if err != nil {
-		if c.invalidDesire.first(key, value) {
+		if c.invalidDesire.First(key, value) {
 			c.recorder.Eventf(sts, corev1.EventTypeWarning, EventInvalidDesiredTemplates,
 				"Ignoring annotation %s, reconciling the volume claim templates as they are: %v (remove the annotation, or re-apply the manifest with the sizes you want through the admission webhook)",
 				desired.Annotation, err)
 		}
 		return nil, value
 	}
-	c.invalidDesire.forget(key)
+	c.invalidDesire.Forget(key)
 	return templates, value
 }
 
@@ -102,32 +101,4 @@ func describeTemplates(templates []corev1.PersistentVolumeClaim) string {
 // sameTemplates compares two template lists as the apiserver stores them.
 func sameTemplates(a, b []corev1.PersistentVolumeClaim) bool {
 	return apiequality.Semantic.DeepEqual(a, b)
-}
-
-// onceCache remembers, per StatefulSet key, the last value something was told
-// for, so that an unchanged problem is told once, not on every sync. Losing it
-// (restart) only means the event is recorded once more.
-type onceCache struct {
-	mu   sync.Mutex
-	seen map[string]string
-}
-
-// first reports whether value is new for key, and remembers it.
-func (o *onceCache) first(key, value string) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.seen == nil {
-		o.seen = map[string]string{}
-	}
-	if v, ok := o.seen[key]; ok && v == value {
-		return false
-	}
-	o.seen[key] = value
-	return true
-}
-
-func (o *onceCache) forget(key string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.seen, key)
 }

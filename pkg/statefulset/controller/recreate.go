@@ -128,7 +128,7 @@ func (c *Controller) record(ctx context.Context, namespace, name string, sts *ap
 	}
 	rec, err := recreate.Parse(cm)
 	if err != nil {
-		if c.invalidRecord.first(namespace+"/"+name, cm.ResourceVersion) {
+		if c.invalidRecord.First(namespace+"/"+name, cm.ResourceVersion) {
 			klog.FromContext(ctx).Info("Ignoring re-create record", "record", klog.KObj(cm), "err", err.Error())
 			if sts != nil {
 				c.recorder.Eventf(sts, corev1.EventTypeWarning, EventRecreateFailed, "%v; fix it, or delete it if the StatefulSet is as it should be", err)
@@ -229,7 +229,7 @@ func (c *Controller) proveIfNeeded(ctx context.Context, live *appsv1.StatefulSet
 func (c *Controller) refused(ctx context.Context, sts *appsv1.StatefulSet, err error) {
 	key := sts.Namespace + "/" + sts.Name
 	message := err.Error() + ". Nothing was deleted. Fix the cause and apply again, or apply the templates as they are to withdraw the change"
-	if c.recreateRefused.first(key, sts.Annotations[desired.Annotation]+"\x00"+err.Error()) {
+	if c.recreateRefused.First(key, sts.Annotations[desired.Annotation]+"\x00"+err.Error()) {
 		c.recorder.Event(sts, corev1.EventTypeWarning, EventRecreateRefused, message)
 	}
 	if err := c.writeStatus(ctx, sts, c.withStep(sts, status.StepRefused, message)); err != nil {

@@ -1,4 +1,8 @@
-package main
+// Package cli holds the command-line pieces statefulset-resizer and volume-autoscaler share
+// (pflag commands; csi-resizer keeps upstream external-resizer's Go flags): parsing with errors
+// that name the usual mistakes, the leader election flags and the elector they configure, the
+// key:value label flag, and the HTTP endpoint for metrics and health checks.
+package cli
 
 import (
 	"errors"
@@ -10,7 +14,7 @@ import (
 )
 
 // klogFlags are klog's own flags, which statefulset-resizer accepted before it moved to
-// component-base logging (as csi-resizer did before it): under component-base they would do
+// component-base logging (as csi-resizer did before it), and volume-autoscaler never did: under component-base they would do
 // nothing, so they are refused with a line that says what replaces them.
 var klogFlags = map[string]bool{
 	"add_dir_header": true, "alsologtostderr": true, "log_backtrace_at": true, "log_dir": true,
@@ -18,13 +22,13 @@ var klogFlags = map[string]bool{
 	"skip_headers": true, "skip_log_headers": true, "stderrthreshold": true,
 }
 
-// parseFlags parses args into fs (pflag: flags may come before or after the arguments). On
-// an error it names the usual causes since statefulset-resizer moved from Go's flag package
+// ParseFlags parses args into fs (pflag: flags may come before or after the arguments). On
+// an error it names the usual causes since the commands moved from Go's flag package
 // to pflag: a long flag given with one dash (-kubeconfig, which Go's flag accepted and pflag
 // reads as the short flags k, u, b, ...), or one of klog's own flags; and, when elsewhere
 // (may be nil) has something to say about a flag fs lacks, that it belongs to another mode
 // of the binary (the controller's flags given to the webhook, or the other way round).
-func parseFlags(fs *pflag.FlagSet, args []string, elsewhere func(name string) string) error {
+func ParseFlags(fs *pflag.FlagSet, args []string, elsewhere func(name string) string) error {
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	if err == nil || errors.Is(err, pflag.ErrHelp) {
