@@ -41,11 +41,12 @@ test: ## unit tests, with the race detector; then the re-create's interleaving t
 	$(GO) test -race -count=1 -skip '^TestRecreateInterleavings$$' ./...
 	$(GO) test -count=1 -run '^TestRecreateInterleavings$$' -v ./pkg/statefulset/controller/ | grep -E '^(---|ok|FAIL|PASS)|states|trace|^ {6,}|I[1-6]:|settled'; exit $${PIPESTATUS[0]}
 
-test-fuzz: ## run the decision fuzzers (expansion, modification, statefulset-resizer, its webhook), FUZZTIME each (default 30s)
+test-fuzz: ## run the decision fuzzers (expansion, modification, statefulset-resizer, its webhook, volume-autoscaler), FUZZTIME each (default 30s)
 	$(GO) test ./pkg/expand -run '^$$' -fuzz '^FuzzPlanExpansion$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/modify -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/statefulset/plan -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/statefulset/webhook -run '^$$' -fuzz '^FuzzDecideInvariants$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/autoscale/policy -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME)
 
 verify: verify-mod verify-code ## gofmt, go vet (all build tags), go mod tidy + vendor leave no diff, govulncheck
 
