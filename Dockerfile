@@ -1,9 +1,10 @@
 # syntax=docker/dockerfile:1
 # check=error=true
 
-# One image with both binaries:
+# One image with the three binaries:
 #   /csi-resizer          the CSI resizer sidecar (the entrypoint)
 #   /statefulset-resizer  the cluster controller (its Deployment sets command)
+#   /volume-autoscaler    the volume autoscaler (its Deployment sets command)
 #
 #   docker buildx build --build-arg VERSION=$(git describe --tags --always) \
 #     --platform linux/amd64,linux/arm64 -t <registry>/csi-resizer:<tag> .
@@ -17,7 +18,7 @@
 # GO_VERSION selects the golang builder image.
 ARG GO_VERSION=1.26
 
-# builder compiles both binaries, statically linked.
+# builder compiles the three binaries, statically linked.
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS builder
 ARG TARGETOS
 ARG TARGETARCH
@@ -27,7 +28,7 @@ WORKDIR /src
 COPY . .
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
     go build -mod=vendor -trimpath -ldflags "-s -w -X main.version=${VERSION}" \
-      -o /out/ ./cmd/csi-resizer ./cmd/statefulset-resizer
+      -o /out/ ./cmd/csi-resizer ./cmd/statefulset-resizer ./cmd/volume-autoscaler
 
 # The runtime image: no shell, no package manager. It runs as root by default, as upstream's
 # external-resizer image does: CSI drivers commonly create their socket as root with mode 0755,
@@ -37,10 +38,11 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="csi-resizer" \
-      org.opencontainers.image.description="CSI resizer sidecar with KEP-1790 recovery, and statefulset-resizer" \
+      org.opencontainers.image.description="CSI resizer sidecar with KEP-1790 recovery, statefulset-resizer and volume-autoscaler" \
       org.opencontainers.image.source="https://github.com/csi-resizer/csi-resizer" \
       org.opencontainers.image.version="${VERSION}"
 COPY --from=builder /out/csi-resizer /csi-resizer
 COPY --from=builder /out/statefulset-resizer /statefulset-resizer
+COPY --from=builder /out/volume-autoscaler /volume-autoscaler
 USER 0:0
 ENTRYPOINT ["/csi-resizer"]

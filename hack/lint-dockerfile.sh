@@ -9,9 +9,9 @@
 #      offline table of base-image configs instead of a registry. The Dockerfile's own
 #      `# check=error=true` directive makes a real buildx build fail on the same findings.
 #   2. Project policy: golang builder stage that builds ./cmd/csi-resizer and
-#      ./cmd/statefulset-resizer with CGO_ENABLED=0 -mod=vendor -trimpath -ldflags
+#      ./cmd/statefulset-resizer and ./cmd/volume-autoscaler with CGO_ENABLED=0 -mod=vendor -trimpath -ldflags
 #      "-s -w -X main.version=${VERSION}"; final stage gcr.io/distroless/static-debian12:nonroot
-#      with only COPY --from=builder of /csi-resizer and /statefulset-resizer, USER 0:0 (as upstream),
+#      with only COPY --from=builder of /csi-resizer, /statefulset-resizer and /volume-autoscaler, USER 0:0 (as upstream),
 #      exec-form ENTRYPOINT ["/csi-resizer"], no RUN; tagged (not :latest) base images; no ADD;
 #      no downloads (apt-get, curl, go mod download) in RUN.
 #   3. .dockerignore keeps every file `go build` reads for both binaries on linux/amd64 and

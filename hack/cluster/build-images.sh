@@ -142,17 +142,19 @@ build_product() {
   base_files "$b"
   base_layer "$b"
   (cd "$root" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -mod=vendor -trimpath \
-    -ldflags "-s -w -X main.version=$VERSION" -o "$b/" ./cmd/csi-resizer ./cmd/statefulset-resizer)
+    -ldflags "-s -w -X main.version=$VERSION" -o "$b/" ./cmd/csi-resizer ./cmd/statefulset-resizer ./cmd/volume-autoscaler)
   "$assemble" --tag "csi-resizer:$VERSION" --out "$out/csi-resizer-product.tar" \
     "${BASE_ENV[@]}" --workdir /home/nonroot --user 0:0 --entrypoint '["/csi-resizer"]' \
     --label org.opencontainers.image.title=csi-resizer \
-    --label "org.opencontainers.image.description=CSI resizer sidecar with KEP-1790 recovery, and statefulset-resizer" \
+    --label "org.opencontainers.image.description=CSI resizer sidecar with KEP-1790 recovery, statefulset-resizer and volume-autoscaler" \
     --label org.opencontainers.image.source=https://github.com/csi-resizer/csi-resizer \
     --label "org.opencontainers.image.version=$VERSION" \
     "${base_args[@]}" \
     --layer "COPY --from=builder /out/csi-resizer /csi-resizer" --file "/csi-resizer=$b/csi-resizer,mode=0755" \
     --layer "COPY --from=builder /out/statefulset-resizer /statefulset-resizer" \
-    --file "/statefulset-resizer=$b/statefulset-resizer,mode=0755" >&2
+    --file "/statefulset-resizer=$b/statefulset-resizer,mode=0755" \
+    --layer "COPY --from=builder /out/volume-autoscaler /volume-autoscaler" \
+    --file "/volume-autoscaler=$b/volume-autoscaler,mode=0755" >&2
   echo "csi-resizer:$VERSION" >"$out/tag"
   rm -rf "$b"
 }

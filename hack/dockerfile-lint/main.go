@@ -5,11 +5,11 @@
 //     (dockerfile2llb.DockerfileLint), experimental rules included. Base images are not pulled:
 //     an offline table gives the image config (platform, ENV, USER) of each base image the
 //     Dockerfile may use, and any other base image is an error.
-//  2. Project policy on the parsed instructions: a builder stage that compiles both binaries
+//  2. Project policy on the parsed instructions: a builder stage that compiles the three binaries
 //     statically from vendor/ with the version stamp, a distroless nonroot final stage with
-//     only COPY --from=builder of /csi-resizer and /statefulset-resizer, USER 0:0,
+//     only COPY --from=builder of /csi-resizer, /statefulset-resizer and /volume-autoscaler, USER 0:0,
 //     exec-form ENTRYPOINT ["/csi-resizer"], tagged base images, no ADD, no downloads.
-//  3. The build context: every file `go build` reads for the two binaries (as `go list -deps`
+//  3. The build context: every file `go build` reads for the three binaries (as `go list -deps`
 //     reports it for linux/amd64 and linux/arm64, vendor/ included), and go.mod, go.sum and
 //     vendor/modules.txt, must survive .dockerignore.
 //
@@ -43,7 +43,7 @@ import (
 )
 
 // The binaries the image must hold, as built by `go build -o /out/ <pkg>...`.
-var binaries = []string{"csi-resizer", "statefulset-resizer"}
+var binaries = []string{"csi-resizer", "statefulset-resizer", "volume-autoscaler"}
 
 const (
 	finalBase  = "gcr.io/distroless/static-debian12:nonroot"
@@ -121,7 +121,7 @@ func main() {
 	fmt.Printf("dockerfile-lint: %s: %d policy checks\n", *dockerfile, p)
 	needed, ctxFiles, ctxBytes := contextChecks(r, *root)
 	fmt.Printf("dockerfile-lint: .dockerignore: %d files that `go build` reads for %s (linux/amd64, linux/arm64) checked; context: %d files, %.1f MiB\n",
-		needed, strings.Join(binaries, " and "), ctxFiles, float64(ctxBytes)/(1<<20))
+		needed, strings.Join(binaries, ", "), ctxFiles, float64(ctxBytes)/(1<<20))
 	if len(r.failures) > 0 {
 		for _, f := range r.failures {
 			fmt.Fprintf(os.Stderr, "FAIL: %s\n", f)

@@ -59,15 +59,15 @@ func TestProductImageMatchesDockerfile(t *testing.T) {
 		t.Errorf("Labels\n  %v\nDockerfile LABEL (VERSION=%s)\n  %v", img.Config.Labels, version, wantLabels)
 	}
 
-	// The builder stage: static, stripped, trimmed, version stamped, both commands.
+	// The builder stage: static, stripped, trimmed, version stamped, every command.
 	build := strings.Join(df.BuildCommands, "\n")
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w -X main.version=${VERSION}"`, "./cmd/csi-resizer", "./cmd/statefulset-resizer"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w -X main.version=${VERSION}"`, "./cmd/csi-resizer", "./cmd/statefulset-resizer", "./cmd/volume-autoscaler"} {
 		if !strings.Contains(build, want) {
 			t.Errorf("the Dockerfile's build no longer says %s: update hack/cluster/build-images.sh's build_product and this test\n%s", want, build)
 		}
 	}
-	if len(df.Copies) != 2 {
-		t.Errorf("Dockerfile copies %v into the runtime image, the image two binaries", df.Copies)
+	if len(df.Copies) != 3 {
+		t.Errorf("Dockerfile copies %v into the runtime image, want the three binaries", df.Copies)
 	}
 	dir := t.TempDir()
 	for _, c := range df.Copies {
