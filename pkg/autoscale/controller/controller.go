@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/kubeletstats"
 	asmetrics "github.com/csi-resizer/csi-resizer/pkg/autoscale/metrics"
@@ -177,7 +178,7 @@ func (c *Controller) registerInformers(ctx context.Context) error {
 			c.synced = append(c.synced, reg.informer.HasSynced)
 			continue
 		}
-		handle, err := reg.informer.AddEventHandlerWithOptions(reg.handler, cache.HandlerOptions{Logger: ptrTo(klog.FromContext(ctx))})
+		handle, err := reg.informer.AddEventHandlerWithOptions(reg.handler, cache.HandlerOptions{Logger: ptr.To(klog.FromContext(ctx))})
 		if err != nil {
 			return fmt.Errorf("add event handler: %w", err)
 		}
@@ -185,8 +186,6 @@ func (c *Controller) registerInformers(ctx context.Context) error {
 	}
 	return nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // Run starts the informers, the workers and the poll loop, and blocks until ctx ends and the
 // workers have stopped.

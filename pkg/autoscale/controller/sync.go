@@ -13,6 +13,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/kubeletstats"
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/policy"
@@ -161,7 +162,7 @@ func (c *Controller) siblingMax(pvc *corev1.PersistentVolumeClaim, s policy.Sett
 	for _, p := range siblings {
 		q, ok := p.Spec.Resources.Requests[corev1.ResourceStorage]
 		if p.Name != pvc.Name && ok && (largest == nil || q.Cmp(*largest) > 0) {
-			largest = ptrTo(q.DeepCopy())
+			largest = ptr.To(q.DeepCopy())
 		}
 	}
 	return largest

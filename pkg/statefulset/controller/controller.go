@@ -43,6 +43,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/csi-resizer/csi-resizer/pkg/internal/freshness"
 	"github.com/csi-resizer/csi-resizer/pkg/internal/reconcile"
@@ -181,7 +182,7 @@ func (c *Controller) registerInformers(ctx context.Context) error {
 		if err := reg.informer.SetTransform(reg.transform); err != nil {
 			return fmt.Errorf("set informer transform (create the controller before starting the informer factory): %w", err)
 		}
-		handle, err := reg.informer.AddEventHandlerWithOptions(reg.handler, cache.HandlerOptions{Logger: ptrTo(klog.FromContext(ctx))})
+		handle, err := reg.informer.AddEventHandlerWithOptions(reg.handler, cache.HandlerOptions{Logger: ptr.To(klog.FromContext(ctx))})
 		if err != nil {
 			return fmt.Errorf("add event handler: %w", err)
 		}
@@ -203,8 +204,6 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // Run starts the informers and workers and blocks until ctx is done and the
 // workers have stopped.

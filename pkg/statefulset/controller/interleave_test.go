@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/csi-resizer/csi-resizer/pkg/statefulset/desired"
@@ -76,7 +77,7 @@ var userActions = map[string]func(w *world) bool{
 	"webhook goes down":            func(w *world) bool { w.WebhookDown = true; return true },
 	"user deletes the StatefulSet": func(w *world) bool { return w.userDelete() },
 	"user scales to 2 replicas": func(w *world) bool {
-		return w.userEdit(func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptrTo[int32](2) }, func() { w.IntentReplicas = 2 })
+		return w.userEdit(func(s *appsv1.StatefulSet) { s.Spec.Replicas = ptr.To[int32](2) }, func() { w.IntentReplicas = 2 })
 	},
 	"namespace opts out": func(w *world) bool { delete(w.NSLabels, desired.OptInLabel); return true },
 	"namespace opts in": func(w *world) bool {
@@ -166,7 +167,7 @@ func (w *world) userDelete() bool {
 		return true // refused by the shipped policy: the user is told to delete again once re-created
 	}
 	uid, terminating := w.STS.UID, w.STS.DeletionTimestamp != nil
-	changed, err := w.deleteSTS(byUser, w.STS.Name, metav1.DeleteOptions{PropagationPolicy: ptrTo(metav1.DeletePropagationBackground)})
+	changed, err := w.deleteSTS(byUser, w.STS.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
 	if err != nil {
 		return false
 	}
@@ -259,7 +260,7 @@ func lateRevision(w *world) bool {
 	}
 	w.Late = &appsv1.ControllerRevision{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-late", ResourceVersion: w.nextVersion(), Labels: map[string]string{"app": "web"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: s.UID, Controller: ptrTo(true)}}},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: s.UID, Controller: ptr.To(true)}}},
 		Revision: 2,
 	}
 	return true
@@ -298,7 +299,7 @@ func stsControllerStep(w *world) bool {
 	if s == nil || s.DeletionTimestamp != nil {
 		return false
 	}
-	ref := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: s.UID, Controller: ptrTo(true)}}
+	ref := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: s.Name, UID: s.UID, Controller: ptr.To(true)}}
 	switch {
 	case s.Status.ObservedGeneration < s.Generation:
 		s.Status.ObservedGeneration = s.Generation
