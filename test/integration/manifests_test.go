@@ -149,7 +149,7 @@ resources:
 resources:
 - @DEPLOY@/monitoring
 `,
-		want: map[string]int{"ServiceMonitor": 2, "PrometheusRule": 1},
+		want: map[string]int{"ServiceMonitor": 3, "PrometheusRule": 1},
 	},
 }
 
