@@ -228,38 +228,45 @@ func PodName(sts string, ordinal int) string { return fmt.Sprintf("%s-%d", sts, 
 // then binds each PVC to its PV as soon as it appears. It returns the volume ids by PVC name.
 func (e *Env) PrecreateVolumes(t testing.TB, sts *appsv1.StatefulSet) map[string]string {
 	t.Helper()
-	tmpl := sts.Spec.VolumeClaimTemplates[0]
-	size := tmpl.Spec.Resources.Requests[v1.ResourceStorage]
 	ids := map[string]string{}
 	for i := 0; i < int(*sts.Spec.Replicas); i++ {
-		claim := ClaimName(sts.Name, i)
-		id, err := e.Driver.CreateVolume(e.Ctx, e.Namespace+"-"+claim, size.Value())
-		if err != nil {
-			t.Fatalf("creating the volume of %s: %v", claim, err)
-		}
-		ids[claim] = id
-		pv := &v1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:        e.Namespace + "-" + claim,
-				Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": e.Driver.Name},
-			},
-			Spec: v1.PersistentVolumeSpec{
-				Capacity:    v1.ResourceList{v1.ResourceStorage: size.DeepCopy()},
-				AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
-					Driver: e.Driver.Name, VolumeHandle: id, FSType: "ext4",
-				}},
-				ClaimRef:                      &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: e.Namespace, Name: claim},
-				PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain,
-				StorageClassName:              *tmpl.Spec.StorageClassName,
-				VolumeMode:                    ptr.To(v1.PersistentVolumeFilesystem),
-			},
-		}
-		if _, err := e.Client.CoreV1().PersistentVolumes().Create(e.Ctx, pv, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create PV %s: %v", pv.Name, err)
-		}
+		ids[ClaimName(sts.Name, i)] = e.PrecreateVolume(t, sts, i)
 	}
 	return ids
+}
+
+// PrecreateVolume is PrecreateVolumes for one ordinal (a replica added by a scale-up), at the
+// template's size; it returns the volume id.
+func (e *Env) PrecreateVolume(t testing.TB, sts *appsv1.StatefulSet, ordinal int) string {
+	t.Helper()
+	tmpl := sts.Spec.VolumeClaimTemplates[0]
+	size := tmpl.Spec.Resources.Requests[v1.ResourceStorage]
+	claim := ClaimName(sts.Name, ordinal)
+	id, err := e.Driver.CreateVolume(e.Ctx, e.Namespace+"-"+claim, size.Value())
+	if err != nil {
+		t.Fatalf("creating the volume of %s: %v", claim, err)
+	}
+	pv := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        e.Namespace + "-" + claim,
+			Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": e.Driver.Name},
+		},
+		Spec: v1.PersistentVolumeSpec{
+			Capacity:    v1.ResourceList{v1.ResourceStorage: size.DeepCopy()},
+			AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+				Driver: e.Driver.Name, VolumeHandle: id, FSType: "ext4",
+			}},
+			ClaimRef:                      &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: e.Namespace, Name: claim},
+			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain,
+			StorageClassName:              *tmpl.Spec.StorageClassName,
+			VolumeMode:                    ptr.To(v1.PersistentVolumeFilesystem),
+		},
+	}
+	if _, err := e.Client.CoreV1().PersistentVolumes().Create(e.Ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create PV %s: %v", pv.Name, err)
+	}
+	return id
 }
 
 // EnsureNode creates framework.DefaultNodeName, Ready, for MarkPodRunning to bind pods to.
