@@ -1,8 +1,9 @@
-// Package helm holds no code: its tests render the Helm chart deploy/helm/statefulset-resizer with
-// a real helm binary (HELM, else the one hack/build-helm.sh has built) and check it against the
-// kustomize base deploy/kubernetes/statefulset-resizer (same RBAC, same objects) and against the
-// webhook's contract (flags, names, the MutatingWebhookConfiguration). Without helm the tests
-// skip with one line saying how to build it, except under CI=true, where they fail.
+// Package helm holds no code: its tests render the Helm charts deploy/helm/statefulset-resizer and
+// deploy/helm/volume-autoscaler (autoscaler_test.go) with a real helm binary (HELM, else the one
+// hack/build-helm.sh has built) and check each against its kustomize base under deploy/kubernetes
+// (same RBAC, same objects) and against its command's contract (flags, names, for
+// statefulset-resizer the MutatingWebhookConfiguration). Without helm the tests skip with one line
+// saying how to build it, except under CI=true, where they fail.
 package helm
 
 import (
