@@ -155,7 +155,7 @@ manifests-check: manifests-render ## manifests-render, then server-side dry-run 
 	bash hack/build-k8s-bins.sh >/dev/null
 	$(GO) test -tags integration -count=1 -p 1 -timeout 15m -run '^TestManifests' ./test/integration/
 
-helm-check: ## helm lint + render the Helm chart deploy/helm/statefulset-resizer (default values, webhook.enabled=false) and check it against the kustomize base (builds helm from the module proxy, cached)
+helm-check: ## helm lint + render the Helm charts deploy/helm/statefulset-resizer and deploy/helm/volume-autoscaler and check them against their kustomize bases (builds helm from the module proxy, cached)
 	bash hack/helm-check.sh
 
 lint-dockerfile: ## static checks of the Dockerfile (no Docker engine needed)

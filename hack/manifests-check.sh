@@ -110,7 +110,7 @@ expect() { # DIR "Kind=N ..." [namespace-agnostic]
 expect rbac "ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 ServiceAccount=1" namespace-agnostic
 expect statefulset-resizer "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=2 RoleBinding=2 Service=1 ServiceAccount=1" namespace-agnostic
 expect volume-autoscaler "ClusterRole=1 ClusterRoleBinding=1 Deployment=1 Role=1 RoleBinding=1 Service=1 ServiceAccount=1" namespace-agnostic
-expect monitoring "PrometheusRule=1 ServiceMonitor=2" namespace-agnostic
+expect monitoring "PrometheusRule=1 ServiceMonitor=3" namespace-agnostic
 expect monitoring/csi-resizer-service "Service=1" namespace-agnostic
 expect sidecar/examples/csi-hostpath "ClusterRole=1 ClusterRoleBinding=1 Role=1 RoleBinding=1 Service=1 ServiceAccount=1 StatefulSet=1"
 expect node-deployment "ClusterRole=2 ClusterRoleBinding=2 DaemonSet=1 ServiceAccount=1" namespace-agnostic

@@ -1,8 +1,9 @@
-// Package helm holds no code: its tests render the Helm chart deploy/helm/statefulset-resizer with
-// a real helm binary (HELM, else the one hack/build-helm.sh has built) and check it against the
-// kustomize base deploy/kubernetes/statefulset-resizer (same RBAC, same objects) and against the
-// webhook's contract (flags, names, the MutatingWebhookConfiguration). Without helm the tests
-// skip with one line saying how to build it, except under CI=true, where they fail.
+// Package helm holds no code: its tests render the Helm charts deploy/helm/statefulset-resizer and
+// deploy/helm/volume-autoscaler (autoscaler_test.go) with a real helm binary (HELM, else the one
+// hack/build-helm.sh has built) and check each against its kustomize base under deploy/kubernetes
+// (same RBAC, same objects) and against its command's contract (flags, names, for
+// statefulset-resizer the MutatingWebhookConfiguration). Without helm the tests skip with one line
+// saying how to build it, except under CI=true, where they fail.
 package helm
 
 import (
@@ -143,7 +144,13 @@ func splitDocs(t *testing.T, where string, data []byte) []object {
 // renderErr runs `helm template` of the chart as release `statefulset-resizer` in csi-resizer-system.
 func renderErr(t *testing.T, set ...string) ([]byte, error) {
 	t.Helper()
-	args := []string{"template", release, chart, "--namespace", namespace}
+	return renderChartErr(t, chart, release, set...)
+}
+
+// renderChartErr runs `helm template release chartDir` in csi-resizer-system with the --set values.
+func renderChartErr(t *testing.T, chartDir, release string, set ...string) ([]byte, error) {
+	t.Helper()
+	args := []string{"template", release, chartDir, "--namespace", namespace}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
@@ -170,13 +177,23 @@ func render(t *testing.T, set ...string) []object {
 // only adds the namespace and the part-of label to them).
 func baseObjects(t *testing.T) []object {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(base, "*.yaml"))
+	return kustomizeObjects(t, base, filepath.Join(base, "webhook"))
+}
+
+// kustomizeObjects reads the objects of the YAML files of dirs (the first must have some),
+// leaving out kustomization.yaml and JSON patches.
+func kustomizeObjects(t *testing.T, dirs ...string) []object {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dirs[0], "*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no YAML in %s: %v", base, err)
+		t.Fatalf("no YAML in %s: %v", dirs[0], err)
 	}
-	component, _ := filepath.Glob(filepath.Join(base, "webhook", "*.yaml"))
+	for _, d := range dirs[1:] {
+		more, _ := filepath.Glob(filepath.Join(d, "*.yaml"))
+		files = append(files, more...)
+	}
 	var out []object
-	for _, f := range append(files, component...) {
+	for _, f := range files {
 		if filepath.Base(f) == "kustomization.yaml" {
 			continue
 		}
