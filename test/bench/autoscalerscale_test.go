@@ -291,9 +291,7 @@ func watchPatches(w kwatch.Interface, want map[string]bool, from resource.Quanti
 
 var scaleSize = resource.MustParse("10Gi")
 
-// scaleClaim and the pod "web-<i>" are replica i's of one StatefulSet "web" (the pods' owner,
-// see createPodsPlaced): each sync looks for the claim's siblings, as it would in production.
-func scaleClaim(i int) string { return fmt.Sprintf("data-web-%d", i) }
+func scaleClaim(i int) string { return fmt.Sprintf("data-%05d", i) }
 func scaleNode(i int) string  { return fmt.Sprintf("sim-node-%04d", i) }
 
 // createScaleObjects makes the opted-in StorageClass (limit 100Gi), the nodes (one per stats
@@ -316,12 +314,12 @@ func createScaleObjects(b *testing.B, ctx context.Context, client kubernetes.Int
 	for i := range claims {
 		claims[i] = scaleClaim(i)
 		k := f.kubelets[i%len(f.kubelets)]
-		k.pods = append(k.pods, simPod{pod: fmt.Sprintf("web-%d", i), claim: claims[i]})
+		k.pods = append(k.pods, simPod{pod: fmt.Sprintf("app-%d", i), claim: claims[i]})
 	}
 	if err := parallel(pvcs, bulkConcurrency, func(i int) error { return createBoundPVC(ctx, client, ns, claims[i], class) }); err != nil {
 		b.Fatal(err)
 	}
-	if err := createPodsPlaced(ctx, client, ns, claims, func(i int) string { return scaleNode(i % len(f.kubelets)) }, "web"); err != nil {
+	if err := createPodsPlaced(ctx, client, ns, claims, func(i int) string { return scaleNode(i % len(f.kubelets)) }, "app"); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -576,7 +574,7 @@ func (k *simKubelet) authorize(r *http.Request) error {
 func autoscalerScaleMarkdown(runs []AutoscalerScaleRun, meta Meta) string {
 	var b strings.Builder
 	b.WriteString("\n### volume-autoscaler at scale\n\n")
-	fmt.Fprintf(&b, "`go test -tags integration -run '^$' -bench BenchmarkVolumeAutoscalerScale -benchtime 1x ./test/bench/` (smoke: %v). The volume-autoscaler binary runs as the shipped ServiceAccount against a real kube-apiserver + etcd. Each simulated node is a plain Node object (Ready, address 127.0.0.1, `daemonEndpoints` port of its own TLS stats server; no kube-controller-manager runs, so no heartbeat is needed; kwok is not on the module proxy this project uses). Each stats server is one listener and `http.Server` in the benchmark process serving `/stats/summary` for the pods placed on its node, and authorizes like the kubelet (TokenReview, then SubjectAccessReview nodes/stats get) once per token, then from its cache, as the kubelet's webhook caches do. One bound PVC `data-web-<i>` (10Gi, no PV object: the autoscaler reads none) and one running pod `web-<i>` per PVC, the replicas of one StatefulSet `web` (so every sync looks for the claim's siblings among the namespace's PVCs), pod i on node i mod nodes, all at 50%% free; the StorageClass is opted in with a 100Gi limit. The steady window is the poll rounds after the first, with nothing to resize; requests are the apiserver's `apiserver_request_total` over it on the resources the autoscaler uses (the benchmark makes none there in the window), per minute. Reaction: K PVCs (every (PVCs/K)-th, on several nodes) are reported 5%% free at once, right after a round was seen done; the time until a watch sees each request patched.\n\n", meta.Smoke)
+	fmt.Fprintf(&b, "`go test -tags integration -run '^$' -bench BenchmarkVolumeAutoscalerScale -benchtime 1x ./test/bench/` (smoke: %v). The volume-autoscaler binary runs as the shipped ServiceAccount against a real kube-apiserver + etcd. Each simulated node is a plain Node object (Ready, address 127.0.0.1, `daemonEndpoints` port of its own TLS stats server; no kube-controller-manager runs, so no heartbeat is needed; kwok is not on the module proxy this project uses). Each stats server is one listener and `http.Server` in the benchmark process serving `/stats/summary` for the pods placed on its node, and authorizes like the kubelet (TokenReview, then SubjectAccessReview nodes/stats get) once per token, then from its cache, as the kubelet's webhook caches do. One bound PVC (10Gi, no PV object: the autoscaler reads none) and one running pod per PVC, pod i on node i mod nodes, all at 50%% free; the StorageClass is opted in with a 100Gi limit. The steady window is the poll rounds after the first, with nothing to resize; requests are the apiserver's `apiserver_request_total` over it on the resources the autoscaler uses (the benchmark makes none there in the window), per minute. Reaction: K PVCs (every (PVCs/K)-th, on several nodes) are reported 5%% free at once, right after a round was seen done; the time until a watch sees each request patched.\n\n", meta.Smoke)
 	b.WriteString("| nodes | PVCs | --interval | kubelet req/min | API req/min | CPU s/min | RSS / peak | heap in use | poll round (mean) | first round | K | react p50 / p95 / max | setup | run |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		fmt.Fprintf(&b, "| %d | %d | %.0fs | %.0f | %.1f | %.3f | %.1f / %.1f MiB | %.1f MiB | %.2f s | %.1f s | %d of %d | %.1f / %.1f / %.1f s | %.0f s | %.0f s |\n",
