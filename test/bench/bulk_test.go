@@ -206,6 +206,11 @@ func createPods(ctx context.Context, client kubernetes.Interface, ns string, cla
 
 // createPodsNamed is createPods with the pods named <prefix>-<i>.
 func createPodsNamed(ctx context.Context, client kubernetes.Interface, ns string, claims []string, node, prefix string) error {
+	return createPodsPlaced(ctx, client, ns, claims, func(int) string { return node }, prefix)
+}
+
+// createPodsPlaced is createPodsNamed with the i-th pod on node nodeOf(i).
+func createPodsPlaced(ctx context.Context, client kubernetes.Interface, ns string, claims []string, nodeOf func(i int) string, prefix string) error {
 	setUID := types.UID(uuid())
 	return parallel(len(claims), bulkConcurrency, func(i int) error {
 		name := fmt.Sprintf("%s-%d", prefix, i)
@@ -222,7 +227,7 @@ func createPodsNamed(ctx context.Context, client kubernetes.Interface, ns string
 				}},
 			},
 			Spec: v1.PodSpec{
-				NodeName:  node,
+				NodeName:  nodeOf(i),
 				Hostname:  name,
 				Subdomain: "web",
 				Containers: []v1.Container{{

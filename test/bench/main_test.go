@@ -3,8 +3,8 @@
 // Package bench measures csi-resizer on a real control plane (etcd + kube-apiserver on
 // 127.0.0.1, the mock CSI driver and the csi-resizer binary as separate processes, see
 // test/framework): throughput, API requests and CSI calls per resize, memory with many
-// objects, the cost of an infeasible PVC, VolumeAttributesClass modification, and the pure
-// decision function. It is run by
+// objects, the cost of an infeasible PVC, VolumeAttributesClass modification, the pure
+// decision function, and volume-autoscaler with many simulated kubelets. It is run by
 // `make bench` (full size, writes docs/benchmarks.md and docs/benchmarks.json) and
 // `make bench-smoke` (BENCH_SMOKE=1: a few objects, prints the table, writes nothing unless
 // -out is given), and it never fails on a missed target: it reports.
@@ -30,6 +30,12 @@
 //	                                        (test/bench/pprofresizer), and their top in the report
 //	-settle-steady       BENCH_STEADY       also measure RSS after the Go runtime's periodic
 //	                                        GC and scavenger (~2.5 min per memory run)
+//	(none)               BENCH_AUTOSCALE_NODES, _PVCS, _FILL, _INTERVAL, _ROUNDS
+//	                                        BenchmarkVolumeAutoscalerScale's simulated nodes
+//	                                        (1000, smoke 20), PVCs (10000, smoke 100), PVCs made
+//	                                        to cross their threshold (100, smoke 10),
+//	                                        --interval (60s, smoke 2s) and steady rounds (2,
+//	                                        smoke 3)
 //	-upstream PATH       UPSTREAM_RESIZER   upstream external-resizer's binary: measured next
 //	                                        to csi-resizer in the same run, with the same
 //	                                        flags, objects and driver, in the throughput,

@@ -81,9 +81,11 @@ type results struct {
 	// nodeDeployment: BenchmarkNodeDeployment.
 	nodeDeployment []NodeDeploymentRun
 	// realNode: BenchmarkRealNode (make bench-node).
-	realNode   []RealNodeRun
-	stsSkipped string
-	merged     File
+	realNode []RealNodeRun
+	// autoscalerScale: BenchmarkVolumeAutoscalerScale.
+	autoscalerScale []AutoscalerScaleRun
+	stsSkipped      string
+	merged          File
 }
 
 var report = &results{start: time.Now(), loadStart: loadAvg()}
@@ -111,7 +113,7 @@ func (r *results) skipStatefulSet(why string)      { r.locked(func() { r.stsSkip
 func (r *results) empty() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.modify)+len(r.profiles)+len(r.nodeDeployment)+len(r.realNode) == 0 && r.stsSkipped == ""
+	return len(r.throughput)+len(r.infeasible)+len(r.memory)+len(r.decision)+len(r.sts)+len(r.modify)+len(r.profiles)+len(r.nodeDeployment)+len(r.realNode)+len(r.autoscalerScale) == 0 && r.stsSkipped == ""
 }
 
 // finish builds the merged view: this run's sections over those of an existing report in the
@@ -146,6 +148,7 @@ func (r *results) finish() {
 	put("modify", r.modify, len(r.modify))
 	put("nodeDeployment", r.nodeDeployment, len(r.nodeDeployment))
 	put("realNode", r.realNode, len(r.realNode))
+	put("autoscalerScale", r.autoscalerScale, len(r.autoscalerScale))
 	stsN := len(r.sts)
 	if r.stsSkipped != "" {
 		stsN = 1
@@ -650,6 +653,11 @@ func (r *results) markdown() string {
 	var rn []RealNodeRun
 	if meta, ok := r.sectionRuns("realNode", &rn); ok {
 		b.WriteString(realNodeMarkdown(rn, meta))
+	}
+
+	var as []AutoscalerScaleRun
+	if meta, ok := r.sectionRuns("autoscalerScale", &as); ok {
+		b.WriteString(autoscalerScaleMarkdown(as, meta))
 	}
 
 	var sts stsSection
