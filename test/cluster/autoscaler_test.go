@@ -18,10 +18,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/policy"
@@ -35,8 +37,7 @@ const (
 	// pvc-autoresizer's key (the switch a pvc-autoresizer user makes) and our class-wide settings.
 	autoscaleClass = "csi-hostpath-autoscale"
 	// autoscaleCooldown is --cooldown: long enough that the test sees the cooldown skip after the
-	// file system grew (told about 20s after a resize here,
-	// under load), short enough for a test.
+	// file system grew (told about 20s after a resize here, under load), short enough for a test.
 	autoscaleCooldown = 45 * time.Second
 	// hostpathDataDir is csi-driver-host-path's data directory on the node (its manifest's
 	// hostPath): every file system volume is a directory in it.
@@ -72,6 +73,57 @@ func TestVolumeAutoscaler(t *testing.T) {
 	begin = time.Now()
 	a.steps(t)
 	t.Logf("fill, resize, wait for the file system, cooldown, clamp and limit in %s", time.Since(begin).Round(time.Second))
+	// The data directory's file system is still past the threshold: a StatefulSet's volume on it
+	// is grown at once, and a new replica's volume is raised to its sibling's size.
+	t.Run("StatefulSetNewReplica", func(t *testing.T) {
+		begin := time.Now()
+		a.newReplica(t)
+		t.Logf("StatefulSet replica grown and new replica raised in %s", time.Since(begin).Round(time.Second))
+	})
+}
+
+// newReplica creates a StatefulSet of one replica with an autoscaled volumeClaimTemplate (limit
+// from the template's annotation); replica 0's volume, on the full file system, is grown by the
+// step; scaled to two, replica 1's new PVC is raised to 364Mi at once (reason siblings), with no
+// stats needed.
+func (a *autoscaleEnv) newReplica(t *testing.T) {
+	labels := map[string]string{"app": "db"}
+	pod := busyboxPod("db", "sleep 3600")
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	tmpl := *hostpathPVC("", "data", "300Mi")
+	tmpl.Spec.StorageClassName = ptrTo(autoscaleClass)
+	tmpl.Annotations = map[string]string{policy.TopoLVMStorageLimit: "400Mi"}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptrTo(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod.Spec},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{tmpl},
+		},
+	}
+	if _, err := a.c.Client.AppsV1().StatefulSets(a.ns).Create(a.ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := a.waitPVC(t, "data-db-0", 2*time.Minute, "request 364Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Spec.Resources.Requests, "364Mi")
+	})
+	if r, _ := policy.ParseRecord(p); r == nil || r.Reason != policy.ReasonThresholdBytes {
+		t.Errorf("PVC data-db-0: record %q, want reason %s", p.Annotations[policy.AnnLastResize], policy.ReasonThresholdBytes)
+	}
+	if _, err := a.c.Client.AppsV1().StatefulSets(a.ns).Patch(a.ctx, "db", types.MergePatchType,
+		[]byte(`{"spec":{"replicas":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p = a.waitPVC(t, "data-db-1", 2*time.Minute, "request 364Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Spec.Resources.Requests, "364Mi")
+	})
+	if r, _ := policy.ParseRecord(p); r == nil || r.Reason != policy.ReasonSiblings || r.From.String() != "300Mi" {
+		t.Errorf("PVC data-db-1: record %q, want 300Mi -> 364Mi, reason %s", p.Annotations[policy.AnnLastResize], policy.ReasonSiblings)
+	}
+	a.waitEvent(t, "data-db-1", "VolumeAutoscaled", "300Mi -> 364Mi (siblings)")
+	a.waitPVC(t, "data-db-1", 90*time.Second, "capacity 364Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Status.Capacity, "364Mi")
+	})
 }
 
 // steps is the life of one volume: 300Mi, grown by 64Mi to 364Mi, then (after the cooldown)
