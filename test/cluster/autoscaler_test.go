@@ -37,8 +37,8 @@ const (
 	// pvc-autoresizer's key (the switch a pvc-autoresizer user makes) and our class-wide settings.
 	autoscaleClass = "csi-hostpath-autoscale"
 	// autoscaleCooldown is --cooldown: long enough that the test sees the cooldown skip after the
-	// file system grew (told about 20s after a resize here, under load), short enough for a test.
-	autoscaleCooldown = 45 * time.Second
+	// file system grew (told 15-31s after a resize here, under load), short enough for a test.
+	autoscaleCooldown = 60 * time.Second
 	// hostpathDataDir is csi-driver-host-path's data directory on the node (its manifest's
 	// hostPath): every file system volume is a directory in it.
 	hostpathDataDir = "/var/lib/csi-hostpath-data"
@@ -59,6 +59,9 @@ func TestVolumeAutoscaler(t *testing.T) {
 	begin := time.Now()
 	deployHostpathOnce(t, c)
 	useOurResizer(t, c)
+	// Above 1Gi (the flag takes bytes) the driver answers OUT_OF_RANGE (Infeasible): the recovery's case. Undone with
+	// the rest of the StatefulSet by useOurResizer's cleanup.
+	hostpathArg(t, c, "--max-volume-size=1073741824")
 	fs := mountHostpathDataFS(t, c, 300)
 	t.Logf("csi-driver-host-path with our resizer on a 300Mi XFS (%s) in %s", fs.dev, time.Since(begin).Round(time.Second))
 
@@ -75,11 +78,70 @@ func TestVolumeAutoscaler(t *testing.T) {
 	t.Logf("fill, resize, wait for the file system, cooldown, clamp and limit in %s", time.Since(begin).Round(time.Second))
 	// The data directory's file system is still past the threshold: a StatefulSet's volume on it
 	// is grown at once, and a new replica's volume is raised to its sibling's size.
+	t.Run("InfeasibleRecovered", func(t *testing.T) {
+		begin := time.Now()
+		a.infeasible(t)
+		t.Logf("infeasible step recovered in %s", time.Since(begin).Round(time.Second))
+	})
 	t.Run("StatefulSetNewReplica", func(t *testing.T) {
 		begin := time.Now()
 		a.newReplica(t)
 		t.Logf("StatefulSet replica grown and new replica raised in %s", time.Since(begin).Round(time.Second))
 	})
+}
+
+// hostpathArg appends an argument to the hostpath container of the driver's StatefulSet and
+// waits for the rollout.
+func hostpathArg(t *testing.T, c *Cluster, arg string) {
+	t.Helper()
+	names, err := c.Kubectl(t, "get", "statefulset/csi-hostpathplugin", "-o", `jsonpath={range .spec.template.spec.containers[*]}{.name}{"\n"}{end}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := -1
+	for n, name := range strings.Fields(names) {
+		if name == "hostpath" {
+			i = n
+		}
+	}
+	if i < 0 {
+		t.Fatalf("no container hostpath in statefulset/csi-hostpathplugin: %q", names)
+	}
+	patch := fmt.Sprintf(`[{"op":"add","path":"/spec/template/spec/containers/%d/args/-","value":%q}]`, i, arg)
+	if _, err := c.Kubectl(t, "patch", "statefulset/csi-hostpathplugin", "--type=json", "-p", patch); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Kubectl(t, "rollout", "status", "statefulset/csi-hostpathplugin", "--timeout=180s"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// infeasible grows a PVC whose step (1Gi, its own annotation) takes it past the driver's
+// --max-volume-size: our resizer marks it ControllerResizeInfeasible, the autoscaler lowers the
+// request to the smallest MiB above the capacity (KEP-1790), the resizer completes that, and
+// the autoscaler does not try again (the record holds the volume at that size).
+func (a *autoscaleEnv) infeasible(t *testing.T) {
+	const pvc = "big"
+	p := hostpathPVC(a.ns, pvc, "300Mi")
+	p.Spec.StorageClassName = ptrTo(autoscaleClass)
+	p.Annotations = map[string]string{policy.TopoLVMStorageLimit: "2Gi", policy.AnnIncrease: "1Gi"}
+	if _, err := a.c.Client.CoreV1().PersistentVolumeClaims(a.ns).Create(a.ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.podWithClaim(t, "big-writer", pvc)
+	a.waitEvent(t, pvc, "VolumeAutoscaled", "300Mi -> 1324Mi")
+	a.waitEvent(t, pvc, "VolumeAutoscaleRecovered", "1324Mi -> 301Mi")
+	got := a.waitPVC(t, pvc, 90*time.Second, "recovered at 301Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Spec.Resources.Requests, "301Mi") && storageIs(p.Status.Capacity, "301Mi") &&
+			len(p.Status.AllocatedResourceStatuses) == 0
+	})
+	if r, _ := policy.ParseRecord(got); r == nil || r.Reason != policy.ReasonRecover || r.To.String() != "301Mi" {
+		t.Errorf("PVC %s: record %q, want reason %s to 301Mi", pvc, got.Annotations[policy.AnnLastResize], policy.ReasonRecover)
+	}
+	a.waitPolls(t, 3)
+	if got := a.get(t, pvc); !storageIs(got.Spec.Resources.Requests, "301Mi") {
+		t.Errorf("PVC %s: request %s after the recovery, want 301Mi (no retry)", pvc, got.Spec.Resources.Requests.Storage())
+	}
 }
 
 // newReplica creates a StatefulSet of one replica with an autoscaled volumeClaimTemplate (limit
@@ -559,7 +621,27 @@ func (a *autoscaleEnv) waitRounds(t *testing.T, pvc, reason string, n float64) {
 	t.Logf("PVC %s: %v more skips %q", pvc, now-start, reason)
 }
 
+// waitPolls waits for n more poll rounds (volume_autoscaler_poll_duration_seconds_count).
+func (a *autoscaleEnv) waitPolls(t *testing.T, n float64) {
+	t.Helper()
+	const rounds = "volume_autoscaler_poll_duration_seconds_count "
+	start := a.metric(t, rounds)
+	err := wait.PollUntilContextTimeout(a.ctx, time.Second, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		return a.metric(t, rounds) >= start+n, nil
+	})
+	if err != nil {
+		t.Fatalf("fewer than %v poll rounds in 60s", n)
+	}
+}
+
 func (a *autoscaleEnv) skips(t *testing.T, reason string) float64 {
+	t.Helper()
+	return a.metric(t, fmt.Sprintf(`volume_autoscaler_skips_total{reason=%q} `, reason))
+}
+
+// metric reads a sample of the autoscaler's metrics through the apiserver's pod proxy: the
+// value of the line that starts with prefix, 0 when there is none.
+func (a *autoscaleEnv) metric(t *testing.T, prefix string) float64 {
 	t.Helper()
 	pods, err := a.c.Client.CoreV1().Pods(autoscalerNS).List(a.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=volume-autoscaler"})
 	if err != nil || len(pods.Items) != 1 {
@@ -570,9 +652,8 @@ func (a *autoscaleEnv) skips(t *testing.T, reason string) float64 {
 	if err != nil {
 		t.Fatalf("volume-autoscaler's metrics: %v", err)
 	}
-	want := fmt.Sprintf(`volume_autoscaler_skips_total{reason=%q} `, reason)
 	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, want); ok {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
 				t.Fatalf("metric line %q: %v", line, err)
