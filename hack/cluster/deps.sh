@@ -4,9 +4,11 @@
 # (iproute2's ip, util-linux's nsenter/unshare/setsid/flock/mountpoint, mount's
 # mount/umount/losetup), procps (sysctl, ps), runc, the CNI plugins (bridge, host-local,
 # loopback, portmap), iptables and conntrack (kube-proxy, portmap), busybox-static and socat (put
-# into images), openssl (the cluster's certificates), curl and CA certificates. Prometheus is not
-# taken from Debian (its package has no Kubernetes discovery): TestOperations runs
-# hack/build-prometheus.sh's and hack/build-prometheus-operator.sh's builds.
+# into images), xfsprogs (TestVolumeAutoscaler grows an XFS online: ext4's online resize needs
+# CAP_SYS_RESOURCE, which this machine withholds from root), openssl (the cluster's
+# certificates), curl and CA certificates. Prometheus is not taken from Debian (its package has
+# no Kubernetes discovery): TestOperations runs hack/build-prometheus.sh's and
+# hack/build-prometheus-operator.sh's builds.
 #
 #   hack/cluster/deps.sh           installs what is missing (root; a machine that has it all is
 #                                  left alone): what .ci/run and hack/cluster/up.sh do
@@ -25,6 +27,8 @@ needs=(
   "mount mount"
   "umount mount"
   "losetup mount"
+  "mkfs.xfs xfsprogs"
+  "xfs_growfs xfsprogs"
   "sysctl procps"
   "ps procps"
   "runc runc"

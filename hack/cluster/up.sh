@@ -371,6 +371,10 @@ protectKernelDefaults: false
 # A pod's volumes are looked at again (and an online expansion's node step done) at each sync:
 # every 10s instead of the default 1m, so that a resize's node step takes seconds, not a minute.
 syncFrequency: 10s
+# Volume usage in /stats/summary is computed every volumeStatsAggPeriod (default 1m): every 10s,
+# so that volume-autoscaler (TestVolumeAutoscaler) sees a dd's writes and a grown file system in
+# seconds, not a minute. statfs per mounted volume; emptyDirs are walked by du (few here).
+volumeStatsAggPeriod: 10s
 # Its own score: the default -999 needs CAP_SYS_RESOURCE, which this machine withholds.
 oomScoreAdj: 0
 EOF

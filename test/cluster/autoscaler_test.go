@@ -1,0 +1,665 @@
+//go:build cluster
+
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/csi-resizer/csi-resizer/pkg/autoscale/policy"
+	"github.com/csi-resizer/csi-resizer/test/framework"
+)
+
+const (
+	// autoscalerNS is where the test installs volume-autoscaler, as docs/autoscaler.md does.
+	autoscalerNS = "csi-resizer-system"
+	// autoscaleClass is the test's StorageClass of csi-driver-host-path, opted in with
+	// pvc-autoresizer's key (the switch a pvc-autoresizer user makes) and our class-wide settings.
+	autoscaleClass = "csi-hostpath-autoscale"
+	// autoscaleCooldown is --cooldown: long enough that the test sees the cooldown skip after the
+	// file system grew (told 15-31s after a resize here, under load), short enough for a test.
+	autoscaleCooldown = 60 * time.Second
+	// hostpathDataDir is csi-driver-host-path's data directory on the node (its manifest's
+	// hostPath): every file system volume is a directory in it.
+	hostpathDataDir = "/var/lib/csi-hostpath-data"
+)
+
+// TestVolumeAutoscaler runs volume-autoscaler as shipped (deploy/kubernetes/volume-autoscaler,
+// this checkout's image, its ServiceAccount and ClusterRole, the cluster CA verifying the
+// kubelet's serving certificate) against the real kubelet's /stats/summary. csi-driver-host-path
+// (with this checkout's csi-resizer) keeps its volumes as directories of its data directory, so
+// the test gives that directory a small XFS of its own (a loop device in the node's mount
+// namespace) and grows it after each resize as a block driver's node expansion would (XFS, not
+// ext4: ext4's online resize needs CAP_SYS_RESOURCE, which this machine withholds from root). A pod's
+// volume filled by dd past the threshold is grown by the step; the next step waits for the file
+// system to grow, then for the cooldown, and is clamped to the limit; at the limit the autoscaler
+// warns. The ServiceAccount reads nodes/stats and is refused nodes/proxy.
+func TestVolumeAutoscaler(t *testing.T) {
+	c := clusterFor(t)
+	begin := time.Now()
+	deployHostpathOnce(t, c)
+	useOurResizer(t, c)
+	// Above 1Gi (the flag takes bytes) the driver answers OUT_OF_RANGE (Infeasible): the recovery's case. Undone with
+	// the rest of the StatefulSet by useOurResizer's cleanup.
+	hostpathArg(t, c, "--max-volume-size=1073741824")
+	fs := mountHostpathDataFS(t, c, 300)
+	t.Logf("csi-driver-host-path with our resizer on a 300Mi XFS (%s) in %s", fs.dev, time.Since(begin).Round(time.Second))
+
+	begin = time.Now()
+	installAutoscaler(t, c)
+	t.Logf("volume-autoscaler installed and ready in %s", time.Since(begin).Round(time.Second))
+	t.Run("RBAC", func(t *testing.T) { autoscalerRBAC(t, c) })
+
+	// The class first: its cleanup runs after the namespace's (whose PVs the driver deletes).
+	createAutoscaleClass(t, c)
+	a := &autoscaleEnv{scenarioEnv: scenarioEnv{c: c, ns: scenarioNamespace(t, c, "autoscale"), ctx: context.Background()}, fs: fs}
+	begin = time.Now()
+	a.steps(t)
+	t.Logf("fill, resize, wait for the file system, cooldown, clamp and limit in %s", time.Since(begin).Round(time.Second))
+	// The data directory's file system is still past the threshold: a StatefulSet's volume on it
+	// is grown at once, and a new replica's volume is raised to its sibling's size.
+	t.Run("InfeasibleRecovered", func(t *testing.T) {
+		begin := time.Now()
+		a.infeasible(t)
+		t.Logf("infeasible step recovered in %s", time.Since(begin).Round(time.Second))
+	})
+	t.Run("StatefulSetNewReplica", func(t *testing.T) {
+		begin := time.Now()
+		a.newReplica(t)
+		t.Logf("StatefulSet replica grown and new replica raised in %s", time.Since(begin).Round(time.Second))
+	})
+}
+
+// hostpathArg appends an argument to the hostpath container of the driver's StatefulSet and
+// waits for the rollout.
+func hostpathArg(t *testing.T, c *Cluster, arg string) {
+	t.Helper()
+	names, err := c.Kubectl(t, "get", "statefulset/csi-hostpathplugin", "-o", `jsonpath={range .spec.template.spec.containers[*]}{.name}{"\n"}{end}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := -1
+	for n, name := range strings.Fields(names) {
+		if name == "hostpath" {
+			i = n
+		}
+	}
+	if i < 0 {
+		t.Fatalf("no container hostpath in statefulset/csi-hostpathplugin: %q", names)
+	}
+	patch := fmt.Sprintf(`[{"op":"add","path":"/spec/template/spec/containers/%d/args/-","value":%q}]`, i, arg)
+	if _, err := c.Kubectl(t, "patch", "statefulset/csi-hostpathplugin", "--type=json", "-p", patch); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Kubectl(t, "rollout", "status", "statefulset/csi-hostpathplugin", "--timeout=180s"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// infeasible grows a PVC whose step (1Gi, its own annotation) takes it past the driver's
+// --max-volume-size: our resizer marks it ControllerResizeInfeasible, the autoscaler lowers the
+// request to the smallest MiB above the capacity (KEP-1790), the resizer completes that, and
+// the autoscaler does not try again (the record holds the volume at that size).
+func (a *autoscaleEnv) infeasible(t *testing.T) {
+	const pvc = "big"
+	p := hostpathPVC(a.ns, pvc, "300Mi")
+	p.Spec.StorageClassName = ptrTo(autoscaleClass)
+	p.Annotations = map[string]string{policy.TopoLVMStorageLimit: "2Gi", policy.AnnIncrease: "1Gi"}
+	if _, err := a.c.Client.CoreV1().PersistentVolumeClaims(a.ns).Create(a.ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.podWithClaim(t, "big-writer", pvc)
+	a.waitEvent(t, pvc, "VolumeAutoscaled", "300Mi -> 1324Mi")
+	a.waitEvent(t, pvc, "VolumeAutoscaleRecovered", "1324Mi -> 301Mi")
+	got := a.waitPVC(t, pvc, 90*time.Second, "recovered at 301Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Spec.Resources.Requests, "301Mi") && storageIs(p.Status.Capacity, "301Mi") &&
+			len(p.Status.AllocatedResourceStatuses) == 0
+	})
+	if r, _ := policy.ParseRecord(got); r == nil || r.Reason != policy.ReasonRecover || r.To.String() != "301Mi" {
+		t.Errorf("PVC %s: record %q, want reason %s to 301Mi", pvc, got.Annotations[policy.AnnLastResize], policy.ReasonRecover)
+	}
+	a.waitPolls(t, 3)
+	if got := a.get(t, pvc); !storageIs(got.Spec.Resources.Requests, "301Mi") {
+		t.Errorf("PVC %s: request %s after the recovery, want 301Mi (no retry)", pvc, got.Spec.Resources.Requests.Storage())
+	}
+}
+
+// newReplica creates a StatefulSet of one replica with an autoscaled volumeClaimTemplate (limit
+// from the template's annotation); replica 0's volume, on the full file system, is grown by the
+// step; scaled to two, replica 1's new PVC is raised to 364Mi at once (reason siblings), with no
+// stats needed.
+func (a *autoscaleEnv) newReplica(t *testing.T) {
+	labels := map[string]string{"app": "db"}
+	pod := busyboxPod("db", "sleep 3600")
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	tmpl := *hostpathPVC("", "data", "300Mi")
+	tmpl.Spec.StorageClassName = ptrTo(autoscaleClass)
+	tmpl.Annotations = map[string]string{policy.TopoLVMStorageLimit: "400Mi"}
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptrTo(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template:             corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod.Spec},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{tmpl},
+		},
+	}
+	if _, err := a.c.Client.AppsV1().StatefulSets(a.ns).Create(a.ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := a.waitPVC(t, "data-db-0", 2*time.Minute, "request 364Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Spec.Resources.Requests, "364Mi")
+	})
+	if r, _ := policy.ParseRecord(p); r == nil || r.Reason != policy.ReasonThresholdBytes {
+		t.Errorf("PVC data-db-0: record %q, want reason %s", p.Annotations[policy.AnnLastResize], policy.ReasonThresholdBytes)
+	}
+	if _, err := a.c.Client.AppsV1().StatefulSets(a.ns).Patch(a.ctx, "db", types.MergePatchType,
+		[]byte(`{"spec":{"replicas":2}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p = a.waitPVC(t, "data-db-1", 2*time.Minute, "request 364Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Spec.Resources.Requests, "364Mi")
+	})
+	if r, _ := policy.ParseRecord(p); r == nil || r.Reason != policy.ReasonSiblings || r.From.String() != "300Mi" {
+		t.Errorf("PVC data-db-1: record %q, want 300Mi -> 364Mi, reason %s", p.Annotations[policy.AnnLastResize], policy.ReasonSiblings)
+	}
+	a.waitEvent(t, "data-db-1", "VolumeAutoscaled", "300Mi -> 364Mi (siblings)")
+	a.waitPVC(t, "data-db-1", 90*time.Second, "capacity 364Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Status.Capacity, "364Mi")
+	})
+}
+
+// steps is the life of one volume: 300Mi, grown by 64Mi to 364Mi, then (after the cooldown)
+// clamped to its limit 400Mi, then at its limit.
+func (a *autoscaleEnv) steps(t *testing.T) {
+	const pvc = "data"
+	a.createPVC(t, pvc, "300Mi", "400Mi")
+	a.podWithClaim(t, "writer", pvc)
+
+	// 1. Past the threshold: grown by the step, with the kubelet's numbers in the event.
+	st := a.fill(t, "writer", "fill1")
+	p := a.waitPVC(t, pvc, 90*time.Second, "request 364Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Spec.Resources.Requests, "364Mi")
+	})
+	first := a.record(t, p, "300Mi", "364Mi", st)
+	ev := a.waitEvent(t, pvc, "VolumeAutoscaled", "300Mi -> 364Mi")
+	a.checkUsage(t, ev, st)
+
+	// 2. The resize is done in the API (our resizer, then the kubelet's node step), but the file
+	// system is as it was: poll rounds go by without a second resize.
+	a.waitPVC(t, pvc, 90*time.Second, "capacity 364Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Status.Capacity, "364Mi") && len(p.Status.AllocatedResourceStatuses) == 0
+	})
+	a.waitRounds(t, pvc, string(policy.SkipResizing), 2)
+	if p := a.get(t, pvc); !storageIs(p.Spec.Resources.Requests, "364Mi") {
+		t.Fatalf("PVC %s: request %s before its file system grew, want 364Mi", pvc, p.Spec.Resources.Requests.Storage())
+	}
+
+	// 3. The file system grows; filled again, the next step waits for the cooldown.
+	a.fs.grow(t, a.c, 364)
+	st = a.fill(t, "writer", "fill2")
+	cool := a.waitEvent(t, pvc, "VolumeAutoscaleSkipped", "cooldown")
+	t.Logf("cooldown skip told %s after the first resize", time.Since(first.Time).Round(time.Second))
+	p = a.waitPVC(t, pvc, autoscaleCooldown+60*time.Second, "request 400Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Spec.Resources.Requests, "400Mi")
+	})
+	second := a.record(t, p, "364Mi", "400Mi", st)
+	if gap := second.Time.Sub(first.Time); gap < autoscaleCooldown {
+		t.Errorf("second resize %s after the first, before the cooldown %s ended (skip event: %s)", gap, autoscaleCooldown, cool.Message)
+	}
+	ev = a.waitEvent(t, pvc, "VolumeAutoscaled", "364Mi -> 400Mi")
+	if !strings.Contains(ev.Message, "limit") {
+		t.Errorf("event of the clamped step does not name the limit: %s", ev.Message)
+	}
+	a.checkUsage(t, ev, st)
+
+	// 4. At the limit, filled past the threshold again: a warning, and the request stays.
+	a.waitPVC(t, pvc, 90*time.Second, "capacity 400Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Status.Capacity, "400Mi") && len(p.Status.AllocatedResourceStatuses) == 0
+	})
+	a.fs.grow(t, a.c, 400)
+	a.fill(t, "writer", "fill3")
+	a.waitEvent(t, pvc, "VolumeAutoscaleProblem", "at-limit")
+	a.waitRounds(t, pvc, string(policy.SkipAtLimit), 1)
+	if p := a.get(t, pvc); !storageIs(p.Spec.Resources.Requests, "400Mi") {
+		t.Errorf("PVC %s: request %s past its limit 400Mi", pvc, p.Spec.Resources.Requests.Storage())
+	}
+}
+
+// installAutoscaler installs deploy/kubernetes/volume-autoscaler as its header says (namespace,
+// images), with a short --interval and --cooldown appended to the shipped arguments, and removes
+// it at the end. The kubelet's serving certificate is signed by the cluster CA (up.sh), which the
+// shipped Deployment mounts from kube-root-ca.crt: --kubelet-certificate-authority as shipped.
+func installAutoscaler(t *testing.T, c *Cluster) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	base, err := filepath.Rel(dir, filepath.Join(root, "deploy", "kubernetes", "volume-autoscaler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, tag := splitImage(c.ProductImage)
+	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: %s
+resources:
+- %s
+images:
+- name: registry.example/csi-resizer
+  newName: %s
+  newTag: %q
+patches:
+- target: {kind: Deployment, name: volume-autoscaler}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --interval=5s
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --cooldown=%s
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --v=4
+`, autoscalerNS, base, name, tag, autoscaleCooldown)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kubectl(t, "create", "namespace", autoscalerNS); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := c.Kubectl(t, "-n", autoscalerNS, "logs", "deployment/volume-autoscaler", "--tail=60")
+			t.Logf("volume-autoscaler's log:\n%s", logs)
+		}
+		if _, err := c.Kubectl(t, "delete", "-k", dir, "--ignore-not-found", "--wait", "--timeout=2m"); err != nil {
+			t.Error(err)
+		}
+		deleteNamespace(t, c, autoscalerNS)
+	})
+	if _, err := c.Kubectl(t, "apply", "-k", dir); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Kubectl(t, "-n", autoscalerNS, "rollout", "status", "deployment/volume-autoscaler", "--timeout=120s"); err != nil {
+		desc, _ := c.Kubectl(t, "-n", autoscalerNS, "describe", "pods")
+		t.Fatalf("%v\n%s\n%s", err, out, desc)
+	}
+	c.RequireProductImage(t, autoscalerNS, "app.kubernetes.io/name=volume-autoscaler", "volume-autoscaler")
+}
+
+// autoscalerRBAC checks the shipped ServiceAccount's reach with a token of its own: the kubelet
+// serves it /stats/summary (nodes/stats) and refuses /pods (nodes/proxy), and the apiserver's
+// node proxy (nodes/proxy) refuses it too.
+func autoscalerRBAC(t *testing.T, c *Cluster) {
+	sa := "system:serviceaccount:" + autoscalerNS + ":volume-autoscaler"
+	for sub, want := range map[string]string{"stats": "yes", "proxy": "no"} {
+		out, _ := c.Kubectl(t, "auth", "can-i", "get", "nodes", "--subresource="+sub, "--as="+sa)
+		if strings.TrimSpace(out) != want {
+			t.Errorf("kubectl auth can-i get nodes --subresource=%s --as=%s: %q, want %q", sub, sa, strings.TrimSpace(out), want)
+		}
+	}
+	token, err := c.Kubectl(t, "-n", autoscalerNS, "create", "token", "volume-autoscaler", "--duration=10m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet := "https://" + c.NodeIP + ":10250"
+	for _, r := range []struct {
+		url  string
+		want int
+	}{
+		{kubelet + "/stats/summary", http.StatusOK},
+		{kubelet + "/pods", http.StatusForbidden},
+		{c.Server + "/api/v1/nodes/" + c.NodeName + "/proxy/stats/summary", http.StatusForbidden},
+		{c.Server + "/api/v1/nodes/" + c.NodeName + "/proxy/pods", http.StatusForbidden},
+	} {
+		code, body := getWithToken(t, c, r.url, strings.TrimSpace(token))
+		if code != r.want {
+			t.Errorf("GET %s as %s: %d, want %d: %.300s", r.url, sa, code, r.want, body)
+		} else {
+			t.Logf("GET %s as %s: %d", r.url, sa, code)
+		}
+	}
+}
+
+// getWithToken GETs url with a bearer token, verifying the server with the cluster CA (which
+// signs both the apiserver's and the kubelet's serving certificates).
+func getWithToken(t *testing.T, c *Cluster, url, token string) (int, string) {
+	t.Helper()
+	ca, err := os.ReadFile(c.Config.TLSClientConfig.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && b.Len() < 1000 {
+		b.WriteString(sc.Text())
+	}
+	return resp.StatusCode, b.String()
+}
+
+// dataFS is the loop-mounted XFS on csi-driver-host-path's data directory in the node's mount
+// namespace.
+type dataFS struct {
+	image, dev string
+}
+
+// mountHostpathDataFS makes an XFS of sizeMi MiB in an image file of the cluster's directory
+// (down.sh detaches its loop device if the test cannot), copies the data directory's contents
+// (the driver's state) into it, mounts it over the directory in the node's mount namespace and
+// restarts the driver's pod, whose hostPath mount (private propagation) sees only what was
+// mounted before it started. Cleanup copies the contents back onto the directory, unmounts,
+// detaches, and restarts the pod again (before useOurResizer's cleanup replaces it).
+func mountHostpathDataFS(t *testing.T, c *Cluster, sizeMi int) *dataFS {
+	t.Helper()
+	fs := &dataFS{image: filepath.Join(c.Dir, "autoscaler-data.img")}
+	tmp := filepath.Join(c.Dir, "autoscaler-data.mnt")
+	script := fmt.Sprintf(`set -e
+rm -f %[1]s; truncate -s %[2]dM %[1]s
+mkfs.xfs -q -f %[1]s
+dev=$(losetup -f --show %[1]s)
+mkdir -p %[3]s %[4]s
+mount "$dev" %[3]s
+cp -a %[4]s/. %[3]s/
+umount %[3]s; rmdir %[3]s
+mount "$dev" %[4]s
+echo "$dev"`, fs.image, sizeMi, tmp, hostpathDataDir)
+	out, err := c.InNode(t, "sh", "-c", script)
+	if err != nil {
+		t.Fatalf("loop-mounted XFS on %s: %v\n%s", hostpathDataDir, err, out)
+	}
+	lines := strings.Fields(out)
+	fs.dev = lines[len(lines)-1]
+	t.Cleanup(func() {
+		undo := fmt.Sprintf(`set -e
+save=%[3]s.save; rm -rf "$save"; mkdir -p "$save"
+cp -a %[2]s/. "$save"/
+umount %[2]s
+losetup -d %[1]s
+rm -rf %[2]s/*; cp -a "$save"/. %[2]s/; rm -rf "$save" %[4]s`, fs.dev, hostpathDataDir, tmp, fs.image)
+		if out, err := c.InNode(t, "sh", "-c", undo); err != nil {
+			t.Errorf("removing the XFS of %s: %v\n%s", hostpathDataDir, err, out)
+		}
+		restartHostpathPod(t, c)
+	})
+	restartHostpathPod(t, c)
+	return fs
+}
+
+// grow grows the image to sizeMi MiB and the mounted XFS with it, as a block driver's
+// NodeExpandVolume does after the controller grew the device.
+func (fs *dataFS) grow(t *testing.T, c *Cluster, sizeMi int) {
+	t.Helper()
+	out, err := c.InNode(t, "sh", "-c", fmt.Sprintf("set -e; truncate -s %dM %s; losetup -c %s; xfs_growfs %s 2>&1",
+		sizeMi, fs.image, fs.dev, hostpathDataDir))
+	if err != nil {
+		t.Fatalf("growing the XFS of %s to %dMi: %v\n%s", hostpathDataDir, sizeMi, err, out)
+	}
+	t.Logf("XFS of %s grown to %dMi", hostpathDataDir, sizeMi)
+}
+
+// restartHostpathPod deletes the driver's pod and waits for its StatefulSet's new one to be
+// ready and for our resizer in it to lead.
+func restartHostpathPod(t *testing.T, c *Cluster) {
+	t.Helper()
+	if _, err := c.Kubectl(t, "delete", "pod", "csi-hostpathplugin-0", "--wait=true", "--timeout=90s"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Kubectl(t, "wait", "--for=condition=Ready", "pod/csi-hostpathplugin-0", "--timeout=120s"); err != nil {
+		desc, _ := c.Kubectl(t, "describe", "pod", "csi-hostpathplugin-0")
+		t.Fatalf("%v\n%s\n%s", err, out, desc)
+	}
+}
+
+// autoscaleEnv is a scenario namespace with the data directory's file system.
+type autoscaleEnv struct {
+	scenarioEnv
+	fs *dataFS
+}
+
+// createClass creates the opted-in StorageClass (deleted at the end): threshold 25% of the file
+// system, step 64Mi (minimum step 1Mi instead of the default 1Gi).
+func createAutoscaleClass(t *testing.T, c *Cluster) {
+	t.Helper()
+	sc := &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: autoscaleClass, Annotations: map[string]string{
+			policy.TopoLVMEnabled: "true",
+			policy.AnnThreshold:   "25%",
+			policy.AnnIncrease:    "64Mi",
+			policy.AnnMinIncrease: "1Mi",
+		}},
+		Provisioner:          "hostpath.csi.k8s.io",
+		ReclaimPolicy:        ptrTo(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode:    ptrTo(storagev1.VolumeBindingImmediate),
+		AllowVolumeExpansion: ptrTo(true),
+	}
+	if _, err := c.Client.StorageV1().StorageClasses().Create(context.Background(), sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Client.StorageV1().StorageClasses().Delete(context.Background(), autoscaleClass, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// createPVC creates a claim of the autoscaled class with pvc-autoresizer's limit annotation and
+// waits until it is bound.
+func (a *autoscaleEnv) createPVC(t *testing.T, name, size, limit string) {
+	t.Helper()
+	pvc := hostpathPVC(a.ns, name, size)
+	pvc.Spec.StorageClassName = ptrTo(autoscaleClass)
+	pvc.Annotations = map[string]string{policy.TopoLVMStorageLimit: limit}
+	if _, err := a.c.Client.CoreV1().PersistentVolumeClaims(a.ns).Create(a.ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.waitPVC(t, name, 2*time.Minute, "Bound", func(p *corev1.PersistentVolumeClaim) bool {
+		return p.Status.Phase == corev1.ClaimBound
+	})
+}
+
+func (a *autoscaleEnv) get(t *testing.T, name string) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	p, err := a.c.Client.CoreV1().PersistentVolumeClaims(a.ns).Get(a.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// fsUsage is the file system as statfs shows it in the pod (df -B1), which is what the kubelet
+// reports: 1B-blocks is capacityBytes, Available availableBytes.
+type fsUsage struct{ capacity, used, avail int64 }
+
+func (a *autoscaleEnv) df(t *testing.T, pod string) fsUsage {
+	t.Helper()
+	out, err := a.c.Kubectl(t, "-n", a.ns, "exec", pod, "--", "df", "-B1", "/data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	if len(f) < 4 {
+		t.Fatalf("df -B1 /data in %s: %q", pod, out)
+	}
+	var u fsUsage
+	for i, p := range []*int64{&u.capacity, &u.used, &u.avail} {
+		if *p, err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			t.Fatalf("df -B1 /data in %s: %q", pod, out)
+		}
+	}
+	return u
+}
+
+// fill writes a file with dd until 15% of the file system is free (threshold 25%), and returns
+// the file system as it is after.
+func (a *autoscaleEnv) fill(t *testing.T, pod, file string) fsUsage {
+	t.Helper()
+	u := a.df(t, pod)
+	mi := (u.avail - u.capacity*15/100) >> 20
+	if mi <= 0 {
+		t.Fatalf("%s: nothing to fill, %+v", pod, u)
+	}
+	if out, err := a.c.Kubectl(t, "-n", a.ns, "exec", pod, "--", "sh", "-c",
+		fmt.Sprintf("dd if=/dev/zero of=/data/%s bs=1M count=%d 2>&1 && sync", file, mi)); err != nil {
+		t.Fatalf("dd in %s: %v\n%s", pod, err, out)
+	}
+	after := a.df(t, pod)
+	t.Logf("dd wrote %dMi to /data/%s: free %d of %d bytes (%.1f%%)", mi, file, after.avail, after.capacity,
+		100*float64(after.avail)/float64(after.capacity))
+	return after
+}
+
+// record checks the autoscaler's record on the PVC: from, to, and the file system capacity
+// the kubelet reported before the resize, which is the XFS's (statfs in the pod).
+func (a *autoscaleEnv) record(t *testing.T, p *corev1.PersistentVolumeClaim, from, to string, st fsUsage) *policy.Record {
+	t.Helper()
+	r, problem := policy.ParseRecord(p)
+	if problem != nil || r == nil {
+		t.Fatalf("PVC %s: record %q: %v", p.Name, p.Annotations[policy.AnnLastResize], problem)
+	}
+	if r.From.String() != from || r.To.String() != to || r.Reason != policy.ReasonThresholdBytes {
+		t.Errorf("PVC %s: record %s -> %s (%s), want %s -> %s (threshold-bytes)", p.Name, r.From.String(), r.To.String(), r.Reason, from, to)
+	}
+	if r.FSCapacity != st.capacity {
+		t.Errorf("PVC %s: record's fsCapacity %d, the XFS's capacity (statfs) %d", p.Name, r.FSCapacity, st.capacity)
+	}
+	return r
+}
+
+var usageRE = regexp.MustCompile(`used (\d+) bytes, free (\d+) of (\d+) bytes`)
+
+// checkUsage checks the VolumeAutoscaled event's usage is the kubelet's view of the XFS: its
+// capacity, and free below the threshold (25%) within 2% of what df showed after the dd.
+func (a *autoscaleEnv) checkUsage(t *testing.T, ev *corev1.Event, st fsUsage) {
+	t.Helper()
+	m := usageRE.FindStringSubmatch(ev.Message)
+	if m == nil {
+		t.Errorf("event %s has no usage: %s", ev.Reason, ev.Message)
+		return
+	}
+	free, _ := strconv.ParseInt(m[2], 10, 64)
+	capacity, _ := strconv.ParseInt(m[3], 10, 64)
+	if capacity != st.capacity || free*4 >= capacity || math.Abs(float64(free-st.avail)) > 0.02*float64(capacity) {
+		t.Errorf("event's usage free %d of %d; df after the dd: free %d of %d: %s", free, capacity, st.avail, st.capacity, ev.Message)
+	}
+}
+
+// waitEvent waits for an event of the PVC with reason whose message contains text.
+func (a *autoscaleEnv) waitEvent(t *testing.T, pvc, reason, text string) *corev1.Event {
+	t.Helper()
+	var found *corev1.Event
+	err := wait.PollUntilContextTimeout(a.ctx, 500*time.Millisecond, autoscaleCooldown+60*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := a.c.Client.CoreV1().Events(a.ns).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pvc).String()})
+		if err != nil {
+			return false, nil
+		}
+		for i, e := range evs.Items {
+			if e.Reason == reason && strings.Contains(e.Message, text) {
+				found = &evs.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("PVC %s: no event %s with %q: %v\n%s", pvc, reason, text, err, a.events(t, pvc))
+	}
+	t.Logf("PVC %s: %s %s", pvc, found.Reason, found.Message)
+	return found
+}
+
+// waitRounds waits until the autoscaler has skipped n more times for reason (its metric
+// volume_autoscaler_skips_total, read through the apiserver's pod proxy): n poll rounds
+// decided to leave the volume alone.
+func (a *autoscaleEnv) waitRounds(t *testing.T, pvc, reason string, n float64) {
+	t.Helper()
+	start := a.skips(t, reason)
+	var now float64
+	err := wait.PollUntilContextTimeout(a.ctx, time.Second, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		now = a.skips(t, reason)
+		return now >= start+n, nil
+	})
+	if err != nil {
+		t.Fatalf("PVC %s: volume_autoscaler_skips_total{reason=%q} went %v -> %v, want +%v\n%s", pvc, reason, start, now, n, a.events(t, pvc))
+	}
+	t.Logf("PVC %s: %v more skips %q", pvc, now-start, reason)
+}
+
+// waitPolls waits for n more poll rounds (volume_autoscaler_poll_duration_seconds_count).
+func (a *autoscaleEnv) waitPolls(t *testing.T, n float64) {
+	t.Helper()
+	const rounds = "volume_autoscaler_poll_duration_seconds_count "
+	start := a.metric(t, rounds)
+	err := wait.PollUntilContextTimeout(a.ctx, time.Second, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		return a.metric(t, rounds) >= start+n, nil
+	})
+	if err != nil {
+		t.Fatalf("fewer than %v poll rounds in 60s", n)
+	}
+}
+
+func (a *autoscaleEnv) skips(t *testing.T, reason string) float64 {
+	t.Helper()
+	return a.metric(t, fmt.Sprintf(`volume_autoscaler_skips_total{reason=%q} `, reason))
+}
+
+// metric reads a sample of the autoscaler's metrics through the apiserver's pod proxy: the
+// value of the line that starts with prefix, 0 when there is none.
+func (a *autoscaleEnv) metric(t *testing.T, prefix string) float64 {
+	t.Helper()
+	pods, err := a.c.Client.CoreV1().Pods(autoscalerNS).List(a.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=volume-autoscaler"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("volume-autoscaler's pod: %v (%d pods)", err, len(pods.Items))
+	}
+	body, err := a.c.Client.CoreV1().RESTClient().Get().
+		AbsPath("/api/v1/namespaces/" + autoscalerNS + "/pods/" + pods.Items[0].Name + ":8080/proxy/metrics").DoRaw(a.ctx)
+	if err != nil {
+		t.Fatalf("volume-autoscaler's metrics: %v", err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
+}
