@@ -73,6 +73,11 @@ const (
 // podClaimIndex indexes pods by the "namespace/name" of each PVC they mount.
 const podClaimIndex = "pvc"
 
+// claimPrefixIndex indexes PVCs named like a StatefulSet replica's, "<prefix><ordinal>", by
+// "namespace/<prefix>": a sync finds its siblings in the size of their group, not by listing
+// its namespace (10,000 replicas made that a round's work longer than the round).
+const claimPrefixIndex = "ordinal-prefix"
+
 // Options tunes a Controller.
 type Options struct {
 	// Defaults are the policy's defaults (from the flags).
@@ -101,6 +106,7 @@ type Controller struct {
 	pvcLister  corelisters.PersistentVolumeClaimLister
 	podLister  corelisters.PodLister
 	podIndex   cache.Indexer
+	pvcIndex   cache.Indexer
 	nodeLister corelisters.NodeLister
 	scLister   storagelisters.StorageClassLister
 	synced     []cache.InformerSynced
@@ -155,9 +161,12 @@ func (c *Controller) registerInformers(ctx context.Context) error {
 	pvcs, pods := c.factory.Core().V1().PersistentVolumeClaims(), c.factory.Core().V1().Pods()
 	nodes, classes := c.factory.Core().V1().Nodes(), c.factory.Storage().V1().StorageClasses()
 	c.pvcLister, c.podLister, c.nodeLister, c.scLister = pvcs.Lister(), pods.Lister(), nodes.Lister(), classes.Lister()
-	c.podIndex = pods.Informer().GetIndexer()
+	c.podIndex, c.pvcIndex = pods.Informer().GetIndexer(), pvcs.Informer().GetIndexer()
 	if err := pods.Informer().AddIndexers(cache.Indexers{podClaimIndex: podClaims}); err != nil {
 		return fmt.Errorf("add the pod index (create the controller before starting the informer factory): %w", err)
+	}
+	if err := pvcs.Informer().AddIndexers(cache.Indexers{claimPrefixIndex: claimPrefix}); err != nil {
+		return fmt.Errorf("add the PVC index (create the controller before starting the informer factory): %w", err)
 	}
 	for _, reg := range []struct {
 		informer  cache.SharedIndexInformer

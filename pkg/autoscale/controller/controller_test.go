@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -482,5 +483,28 @@ func TestRunPollsEveryInterval(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClaimPrefix: PVCs named like a StatefulSet replica's are indexed by their group, the rest
+// not at all, so that a sibling lookup reads its group only.
+func TestClaimPrefix(t *testing.T) {
+	for name, want := range map[string][]string{
+		"data-web-0":   {"ns/data-web-"},
+		"data-web-12":  {"ns/data-web-"},
+		"data-web-1-3": {"ns/data-web-1-"},
+		"data-web":     nil,
+		"data-web-":    nil,
+		"data-web-x1":  nil,
+		"-0":           nil,
+		"7":            nil,
+	} {
+		got, err := claimPrefix(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}})
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("claimPrefix(%q) = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if _, err := claimPrefix(&corev1.Pod{}); err == nil {
+		t.Error("claimPrefix of a pod: no error")
 	}
 }

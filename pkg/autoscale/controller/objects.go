@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,20 @@ func podClaims(obj any) ([]string, error) {
 		keys = append(keys, pod.Namespace+"/"+n)
 	}
 	return keys, nil
+}
+
+// claimPrefix is the claimPrefixIndex of a PVC: "namespace/<prefix>" when its name is
+// "<prefix><ordinal>" with prefix ending in "-", else none.
+func claimPrefix(obj any) ([]string, error) {
+	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return nil, fmt.Errorf("not a PVC: %T", obj)
+	}
+	i := strings.LastIndexByte(pvc.Name, '-')
+	if i <= 0 || !isOrdinal(pvc.Name[i+1:]) {
+		return nil, nil
+	}
+	return []string{pvc.Namespace + "/" + pvc.Name[:i+1]}, nil
 }
 
 // stripManagedFields drops what nothing here reads and costs memory per object.

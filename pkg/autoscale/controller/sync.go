@@ -151,9 +151,9 @@ func (c *Controller) siblingMax(pvc *corev1.PersistentVolumeClaim, s policy.Sett
 		if prefix == "" {
 			return nil
 		}
-		all, _ := c.pvcLister.PersistentVolumeClaims(pvc.Namespace).List(labelsEverything)
-		for _, p := range all {
-			if rest, ok := strings.CutPrefix(p.Name, prefix); ok && isOrdinal(rest) {
+		group, _ := c.pvcIndex.ByIndex(claimPrefixIndex, pvc.Namespace+"/"+prefix)
+		for _, obj := range group {
+			if p, ok := obj.(*corev1.PersistentVolumeClaim); ok {
 				siblings = append(siblings, p)
 			}
 		}
