@@ -11,7 +11,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
@@ -102,38 +101,7 @@ func TestAutoscalerChartBindings(t *testing.T) {
 	} {
 		t.Run(strings.Join(c.set, ","), func(t *testing.T) {
 			objs := renderAutoscaler(t, c.set...)
-			var created []string
-			for _, o := range objs {
-				if o.Kind == "ServiceAccount" {
-					created = append(created, o.Metadata.Name)
-				}
-			}
-			if !slices.Equal(created, c.created) {
-				t.Errorf("ServiceAccounts rendered: %v, want %v", created, c.created)
-			}
-			rs := roles(t, objs)
-			bound := map[string]bool{}
-			for _, o := range objs {
-				if o.Kind != "RoleBinding" && o.Kind != "ClusterRoleBinding" {
-					continue
-				}
-				var b rbacv1.RoleBinding
-				decode(t, o, &b)
-				ref := b.RoleRef.Kind + "/" + b.RoleRef.Name
-				if _, ok := rs[ref]; !ok {
-					t.Errorf("%s refers to %s, which the chart does not render", o.key(), ref)
-				}
-				bound[ref] = true
-				want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: c.sa, Namespace: namespace}}
-				if !reflect.DeepEqual(b.Subjects, want) {
-					t.Errorf("%s subjects %+v, want %+v", o.key(), b.Subjects, want)
-				}
-			}
-			for ref := range rs {
-				if !bound[ref] {
-					t.Errorf("%s is bound to nothing", ref)
-				}
-			}
+			checkBindings(t, objs, c.created, func(string) string { return c.sa })
 			if sa := autoscalerDeployment(t, objs).Spec.Template.Spec.ServiceAccountName; sa != c.sa {
 				t.Errorf("the Deployment runs as %q, want %q (the bound one)", sa, c.sa)
 			}

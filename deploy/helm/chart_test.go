@@ -358,47 +358,55 @@ func TestChartBindings(t *testing.T) {
 		{[]string{"webhook.serviceAccount.create=false", "webhook.serviceAccount.name=existing-webhook"}, release, "existing-webhook", []string{release}},
 	} {
 		t.Run(strings.Join(c.set, ","), func(t *testing.T) {
-			objs := render(t, c.set...)
-			var created []string
-			for _, o := range objs {
-				if o.Kind == "ServiceAccount" {
-					created = append(created, o.Metadata.Name)
+			checkBindings(t, render(t, c.set...), c.created, func(roleRef string) string {
+				if strings.Contains(roleRef, "webhook") {
+					return c.webhook
 				}
-			}
-			if !slices.Equal(created, c.created) {
-				t.Errorf("ServiceAccounts rendered: %v, want %v", created, c.created)
-			}
-			rs := roles(t, objs)
-			bound := map[string]bool{}
-			for _, o := range objs {
-				if o.Kind != "RoleBinding" && o.Kind != "ClusterRoleBinding" {
-					continue
-				}
-				var b rbacv1.RoleBinding
-				decode(t, o, &b)
-				ref := b.RoleRef.Kind + "/" + b.RoleRef.Name
-				if _, ok := rs[ref]; !ok {
-					t.Errorf("%s refers to %s, which the chart does not render", o.key(), ref)
-				}
-				bound[ref] = true
-				sa := c.controller
-				if strings.Contains(b.RoleRef.Name, "webhook") {
-					sa = c.webhook
-				}
-				want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}}
-				if !reflect.DeepEqual(b.Subjects, want) {
-					t.Errorf("%s subjects %+v, want %+v", o.key(), b.Subjects, want)
-				}
-				if o.Kind == "RoleBinding" && o.Metadata.Namespace != namespace {
-					t.Errorf("%s in namespace %q, want %q", o.key(), o.Metadata.Namespace, namespace)
-				}
-			}
-			for ref := range rs {
-				if !bound[ref] {
-					t.Errorf("%s is bound to nothing", ref)
-				}
-			}
+				return c.controller
+			})
 		})
+	}
+}
+
+// checkBindings: the chart renders the ServiceAccounts created, every binding binds a rendered
+// role to the ServiceAccount saFor(its roleRef's name) in the release namespace, and every role
+// is bound.
+func checkBindings(t *testing.T, objs []object, created []string, saFor func(roleRef string) string) {
+	t.Helper()
+	var got []string
+	for _, o := range objs {
+		if o.Kind == "ServiceAccount" {
+			got = append(got, o.Metadata.Name)
+		}
+	}
+	if !slices.Equal(got, created) {
+		t.Errorf("ServiceAccounts rendered: %v, want %v", got, created)
+	}
+	rs := roles(t, objs)
+	bound := map[string]bool{}
+	for _, o := range objs {
+		if o.Kind != "RoleBinding" && o.Kind != "ClusterRoleBinding" {
+			continue
+		}
+		var b rbacv1.RoleBinding
+		decode(t, o, &b)
+		ref := b.RoleRef.Kind + "/" + b.RoleRef.Name
+		if _, ok := rs[ref]; !ok {
+			t.Errorf("%s refers to %s, which the chart does not render", o.key(), ref)
+		}
+		bound[ref] = true
+		want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: saFor(b.RoleRef.Name), Namespace: namespace}}
+		if !reflect.DeepEqual(b.Subjects, want) {
+			t.Errorf("%s subjects %+v, want %+v", o.key(), b.Subjects, want)
+		}
+		if o.Kind == "RoleBinding" && o.Metadata.Namespace != namespace {
+			t.Errorf("%s in namespace %q, want %q", o.key(), o.Metadata.Namespace, namespace)
+		}
+	}
+	for ref := range rs {
+		if !bound[ref] {
+			t.Errorf("%s is bound to nothing", ref)
+		}
 	}
 }
 
