@@ -36,15 +36,7 @@ func helmBinary(t *testing.T, root string) string {
 
 func helmTemplate(t *testing.T, helm, root string, set ...string) string {
 	t.Helper()
-	args := []string{"template", "statefulset-resizer", filepath.Join(root, "deploy", "helm", "statefulset-resizer"), "--namespace", "csi-resizer-system"}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
-	out, err := exec.Command(helm, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return helmTemplateChart(t, helm, root, "statefulset-resizer", "statefulset-resizer", "csi-resizer-system", set...)
 }
 
 // TestManifestsHelmChart sends the Helm chart's renders through the real kube-apiserver: a
