@@ -96,32 +96,7 @@ func splitImage(image string) (name, tag string) {
 // `kubectl delete -k` and the namespace's deletion after.
 func installKustomize(t *testing.T, c *Cluster) {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	// kustomize takes only relative paths to a base.
-	base, err := filepath.Rel(dir, filepath.Join(root, "deploy", "kubernetes", "statefulset-resizer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, tag := splitImage(c.ProductImage)
-	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-namespace: %s
-resources:
-- %s
-components:
-- %s/webhook
-images:
-- name: registry.example/csi-resizer
-  newName: %s
-  newTag: %q
-`, ssrNamespace, base, base, name, tag)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := productOverlay(t, c, "statefulset-resizer", ssrNamespace, "components:\n- {base}/webhook\n")
 	start := time.Now()
 	if _, err := c.Kubectl(t, "create", "namespace", ssrNamespace); err != nil {
 		t.Fatal(err)
@@ -140,6 +115,38 @@ images:
 	}
 	waitStatefulSetResizerReady(t, c)
 	t.Logf("kustomize install (base + webhook component, image %s) ready in %s", c.ProductImage, time.Since(start).Round(time.Second))
+}
+
+// productOverlay writes a kustomization of deploy/kubernetes/BASE in namespace ns with the product
+// image, plus extra (YAML; "{base}" stands for the base's path), as a user's overlay, and returns
+// its directory for `kubectl apply -k`.
+func productOverlay(t *testing.T, c *Cluster, baseName, ns, extra string) string {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// kustomize takes only relative paths to a base.
+	base, err := filepath.Rel(dir, filepath.Join(root, "deploy", "kubernetes", baseName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, tag := splitImage(c.ProductImage)
+	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: %s
+resources:
+- %s
+images:
+- name: registry.example/csi-resizer
+  newName: %s
+  newTag: %q
+`, ns, base, name, tag) + strings.ReplaceAll(extra, "{base}", base)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // installHelm installs the chart deploy/helm/statefulset-resizer with the webhook enabled, with
