@@ -259,26 +259,7 @@ func (a *autoscaleEnv) steps(t *testing.T) {
 // shipped Deployment mounts from kube-root-ca.crt: --kubelet-certificate-authority as shipped.
 func installAutoscaler(t *testing.T, c *Cluster) {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	base, err := filepath.Rel(dir, filepath.Join(root, "deploy", "kubernetes", "volume-autoscaler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, tag := splitImage(c.ProductImage)
-	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-namespace: %s
-resources:
-- %s
-images:
-- name: registry.example/csi-resizer
-  newName: %s
-  newTag: %q
-patches:
+	dir := productOverlay(t, c, "volume-autoscaler", autoscalerNS, fmt.Sprintf(`patches:
 - target: {kind: Deployment, name: volume-autoscaler}
   patch: |-
     - op: add
@@ -290,10 +271,7 @@ patches:
     - op: add
       path: /spec/template/spec/containers/0/args/-
       value: --v=4
-`, autoscalerNS, base, name, tag, autoscaleCooldown)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, autoscaleCooldown))
 	if _, err := c.Kubectl(t, "create", "namespace", autoscalerNS); err != nil {
 		t.Fatal(err)
 	}
@@ -444,13 +422,31 @@ func (fs *dataFS) grow(t *testing.T, c *Cluster, sizeMi int) {
 // ready and for our resizer in it to lead.
 func restartHostpathPod(t *testing.T, c *Cluster) {
 	t.Helper()
+	pods := c.Client.CoreV1().Pods("default")
+	old, err := pods.Get(context.Background(), "csi-hostpathplugin-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Kubectl(t, "delete", "pod", "csi-hostpathplugin-0", "--wait=true", "--timeout=90s"); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := c.Kubectl(t, "wait", "--for=condition=Ready", "pod/csi-hostpathplugin-0", "--timeout=120s"); err != nil {
-		desc, _ := c.Kubectl(t, "describe", "pod", "csi-hostpathplugin-0")
-		t.Fatalf("%v\n%s\n%s", err, out, desc)
-	}
+	// The StatefulSet controller creates the successor some time after the delete: until then
+	// there is no pod of that name to wait on (kubectl wait fails at once on NotFound).
+	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
+		p, err := pods.Get(context.Background(), "csi-hostpathplugin-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if p.UID == old.UID {
+			return false, "the old pod is still there"
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return true, ""
+			}
+		}
+		return false, "the new pod is not Ready yet"
+	})
 }
 
 // autoscaleEnv is a scenario namespace with the data directory's file system.
