@@ -23,14 +23,14 @@ import (
 
 // TestStatefulSetResizerKeepsWhatTheAutoscalerRaised: volume-autoscaler and statefulset-resizer on
 // one StatefulSet, each as the shipped ServiceAccount, with csi-resizer doing the resizes. The
-// autoscaler grows the filling replica's PVC and, as its sibling, the other one (1Gi -> 2Gi).
+// autoscaler grows both replicas' PVCs as they fill (1Gi -> 2Gi).
 // While those resizes are still in flight (csi-resizer stopped: capacity 1Gi), the template grows
 // to 1536Mi, above the capacity and below the autoscaler's request: statefulset-resizer could
 // lower the request to 1536Mi, and must not (KEP-4650's rule: a PVC keeps the larger of the
 // template and its own request; only a request statefulset-resizer raised is its to lower). Once
 // the resizes finish the StatefulSet is reported finished. A replica added by a scale-up starts
-// at the template's 1536Mi, the autoscaler raises it at once to its siblings' 2Gi, and
-// statefulset-resizer leaves that alone too.
+// at the template's 1536Mi, the autoscaler raises it at once to the 2Gi its siblings were grown
+// to (it is new: created after they grew), and statefulset-resizer leaves that alone too.
 func TestStatefulSetResizerKeepsWhatTheAutoscalerRaised(t *testing.T) {
 	s := startSTSEnv(t)
 	s.StartStatefulSetResizer(t, s.ssrKubeconfig)
@@ -44,11 +44,11 @@ func TestStatefulSetResizerKeepsWhatTheAutoscalerRaised(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubelet.set(s.Namespace+"/"+web0, gib, 50*mib) // 5% free: past the 10% threshold
-	kubelet.set(s.Namespace+"/"+web1, gib, 900*mib)
+	kubelet.set(s.Namespace+"/"+web1, gib, 60*mib)
 	for _, claim := range []string{web0, web1} {
 		waitForRequest(t, s.Client, s.Namespace, claim, "2Gi")
+		waitForEvent(t, s.Client, s.Namespace, claim, "VolumeAutoscaled", "1Gi -> 2Gi (threshold-bytes)")
 	}
-	waitForEvent(t, s.Client, s.Namespace, web1, "VolumeAutoscaled", "1Gi -> 2Gi (siblings)")
 	keeps2Gi := func(claims ...string) func() (bool, string) {
 		return func() (bool, string) {
 			for _, claim := range claims {

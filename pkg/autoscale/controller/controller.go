@@ -73,9 +73,10 @@ const (
 // podClaimIndex indexes pods by the "namespace/name" of each PVC they mount.
 const podClaimIndex = "pvc"
 
-// claimPrefixIndex indexes PVCs named like a StatefulSet replica's, "<prefix><ordinal>", by
-// "namespace/<prefix>": a sync finds its siblings in the size of their group, not by listing
-// its namespace (10,000 replicas made that a round's work longer than the round).
+// claimPrefixIndex indexes the PVCs the autoscaler grew (they carry its record) that are named
+// like a StatefulSet replica's, "<prefix><ordinal>", by "namespace/<prefix>": a new replica's
+// sync finds the siblings that can size it, not every replica by listing its namespace (10,000
+// replicas made that a round's work longer than the round).
 const claimPrefixIndex = "ordinal-prefix"
 
 // Options tunes a Controller.
@@ -239,7 +240,7 @@ func (c *Controller) enqueue(obj any) {
 }
 
 // podAdded queues the PVCs a new pod mounts: a new StatefulSet replica's PVC is created
-// before its pod, and its siblings are found through the pod's owner (siblingMax).
+// before its pod, and its siblings are found through the pod's owner (siblingSize).
 func (c *Controller) podAdded(obj any) {
 	if pod, ok := obj.(*corev1.Pod); ok {
 		for _, claim := range claimNames(pod) {

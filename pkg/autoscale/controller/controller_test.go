@@ -241,20 +241,28 @@ func countPatches(h *harness) int {
 	return n
 }
 
-// TestSiblings: a new replica of StatefulSet web (its pod owned by web) is raised at once to
-// the largest request among web's PVCs of the same template, and the pvc-autoresizer group
+// TestSiblings: a new replica of StatefulSet web (its pod owned by web, created after its
+// siblings grew) is raised at once to the largest size the autoscaler grew a sibling of the same
+// template to; a replica that existed when they grew keeps its size; the pvc-autoresizer group
 // works the same through its label.
 func TestSiblings(t *testing.T) {
+	grownAgo := now.Add(-time.Hour)
 	t.Run("statefulset", func(t *testing.T) {
-		h := newHarness(t, Options{}, report(nil), optedIn(), claim("data-web-0", "15Gi", nil), claim("data-web-1", "10Gi", nil),
-			claim("data-web-2", "12Gi", nil), claim("data-webx-0", "19Gi", nil), claim("logs-web-0", "18Gi", nil),
-			statefulSetPod("web-1", "web", "n1", "data-web-1"), node("n1"))
+		h := newHarness(t, Options{}, report(nil), optedIn(), grown(claim("data-web-0", "15Gi", nil), grownAgo), claim("data-web-1", "10Gi", nil),
+			grown(claim("data-web-2", "12Gi", nil), grownAgo), grown(claim("data-webx-0", "19Gi", nil), grownAgo), grown(claim("logs-web-0", "18Gi", nil), grownAgo),
+			created(claim("data-web-3", "10Gi", nil), now), statefulSetPod("web-1", "web", "n1", "data-web-1"),
+			statefulSetPod("web-3", "web", "n1", "data-web-3"), node("n1"))
 		h.ctrl.Poll(h.ctx)
-		if err := h.ctrl.sync(h.ctx, ns+"/data-web-1"); err != nil {
-			t.Fatal(err)
+		for _, name := range []string{"data-web-1", "data-web-3"} {
+			if err := h.ctrl.sync(h.ctx, ns+"/"+name); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if got := h.pvc("data-web-1").Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != "15Gi" {
-			t.Errorf("request %s, want 15Gi (data-web-0's)", got.String())
+		if got := h.pvc("data-web-3").Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != "15Gi" {
+			t.Errorf("new replica: request %s, want 15Gi (data-web-0's)", got.String())
+		}
+		if got := h.pvc("data-web-1").Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != "10Gi" {
+			t.Errorf("replica older than its siblings' growth: request %s, want its own 10Gi", got.String())
 		}
 		checkEvents(t, h.events(), [][]string{{"VolumeAutoscaled", "10Gi -> 15Gi (siblings)", "usage before: not read"}})
 	})
@@ -264,8 +272,8 @@ func TestSiblings(t *testing.T) {
 			c.Labels = map[string]string{"app": value}
 			return c
 		}
-		h := newHarness(t, Options{}, report(nil), optedIn(), group("a", "10Gi", "db"), group("b", "14Gi", "db"),
-			group("c", "19Gi", "cache"), pod("p", "n1", "a"), node("n1"))
+		h := newHarness(t, Options{}, report(nil), optedIn(), created(group("a", "10Gi", "db"), now), grown(group("b", "14Gi", "db"), grownAgo),
+			grown(group("c", "19Gi", "cache"), grownAgo), pod("p", "n1", "a"), node("n1"))
 		h.ctrl.Poll(h.ctx)
 		if err := h.ctrl.sync(h.ctx, ns+"/a"); err != nil {
 			t.Fatal(err)
@@ -274,6 +282,21 @@ func TestSiblings(t *testing.T) {
 			t.Errorf("request %s, want 14Gi (b's, same group)", got.String())
 		}
 	})
+}
+
+// grown marks c as grown by the autoscaler to its request at the time at, created a day before.
+func grown(c *corev1.PersistentVolumeClaim, at time.Time) *corev1.PersistentVolumeClaim {
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	to := c.Spec.Resources.Requests[corev1.ResourceStorage]
+	c.Annotations[policy.AnnLastResize] = policy.FormatRecord(policy.Record{Time: at, From: resource.MustParse("10Gi"), To: to, Reason: policy.ReasonThresholdBytes})
+	return created(c, at.Add(-24*time.Hour))
+}
+
+func created(c *corev1.PersistentVolumeClaim, at time.Time) *corev1.PersistentVolumeClaim {
+	c.CreationTimestamp = metav1.NewTime(at)
+	return c
 }
 
 // TestPollReadsOnlyNodesThatMatter: only nodes running a pod that mounts an autoscaled PVC are
@@ -486,8 +509,8 @@ func TestRunPollsEveryInterval(t *testing.T) {
 	}
 }
 
-// TestClaimPrefix: PVCs named like a StatefulSet replica's are indexed by their group, the rest
-// not at all, so that a sibling lookup reads its group only.
+// TestClaimPrefix: PVCs the autoscaler grew and named like a StatefulSet replica's are indexed
+// by their group, the rest not at all, so that a sibling lookup reads the grown ones only.
 func TestClaimPrefix(t *testing.T) {
 	for name, want := range map[string][]string{
 		"data-web-0":   {"ns/data-web-"},
@@ -499,9 +522,12 @@ func TestClaimPrefix(t *testing.T) {
 		"-0":           nil,
 		"7":            nil,
 	} {
-		got, err := claimPrefix(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}})
+		got, err := claimPrefix(grown(claim(name, "10Gi", nil), now))
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("claimPrefix(%q) = %q, %v; want %q", name, got, err, want)
+		}
+		if got, _ := claimPrefix(claim(name, "10Gi", nil)); got != nil {
+			t.Errorf("claimPrefix(%q) never grown = %q, want none", name, got)
 		}
 	}
 	if _, err := claimPrefix(&corev1.Pod{}); err == nil {

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/csi-resizer/csi-resizer/pkg/autoscale/policy"
 )
 
 var labelsEverything = labels.Everything()
@@ -52,6 +54,9 @@ func claimPrefix(obj any) ([]string, error) {
 	pvc, ok := obj.(*corev1.PersistentVolumeClaim)
 	if !ok {
 		return nil, fmt.Errorf("not a PVC: %T", obj)
+	}
+	if _, grown := pvc.Annotations[policy.AnnLastResize]; !grown {
+		return nil, nil // only a grown sibling sizes a new replica (policy.SiblingSize)
 	}
 	i := strings.LastIndexByte(pvc.Name, '-')
 	if i <= 0 || !isOrdinal(pvc.Name[i+1:]) {

@@ -13,7 +13,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/kubeletstats"
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/policy"
@@ -50,7 +49,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	state, _ := c.stats.get(key)
 	in := policy.Input{PVC: pvc, Settings: settings, Stats: state.stats, Now: c.clock.Now()}
 	if settings.Enabled && settings.Siblings {
-		in.SiblingMax = c.siblingMax(pvc, settings)
+		in.SiblingSize = c.siblingSize(pvc, settings)
 	}
 	d := policy.Decide(in)
 	if d.Reason == policy.SkipNotEnabled {
@@ -134,11 +133,15 @@ func (c *Controller) skipped(ctx context.Context, pvc *corev1.PersistentVolumeCl
 	}
 }
 
-// siblingMax is the largest request among the PVC's siblings: the PVCs of its
-// pvc-autoresizer group (GroupBy), or else of the same StatefulSet volume claim template.
-// Nil when it has none, or when its StatefulSet is unknown (no pod mounts it yet: the pod's
-// add event queues it again).
-func (c *Controller) siblingMax(pvc *corev1.PersistentVolumeClaim, s policy.Settings) *resource.Quantity {
+// siblingSize is policy.SiblingSize of the PVC's siblings: the PVCs of its pvc-autoresizer
+// group (GroupBy), or else the grown PVCs of the same StatefulSet volume claim template. Nil
+// when it has none, when its StatefulSet is unknown (no pod mounts it yet: the pod's add event
+// queues it again), or when the autoscaler resized the PVC before (it is not a new replica:
+// no lookup, so a replica of a large StatefulSet costs a group walk only until it first grows).
+func (c *Controller) siblingSize(pvc *corev1.PersistentVolumeClaim, s policy.Settings) *resource.Quantity {
+	if _, resized := pvc.Annotations[policy.AnnLastResize]; resized {
+		return nil
+	}
 	var siblings []*corev1.PersistentVolumeClaim
 	if s.GroupBy != "" {
 		value, ok := pvc.Labels[s.GroupBy]
@@ -158,14 +161,7 @@ func (c *Controller) siblingMax(pvc *corev1.PersistentVolumeClaim, s policy.Sett
 			}
 		}
 	}
-	var largest *resource.Quantity
-	for _, p := range siblings {
-		q, ok := p.Spec.Resources.Requests[corev1.ResourceStorage]
-		if p.Name != pvc.Name && ok && (largest == nil || q.Cmp(*largest) > 0) {
-			largest = ptr.To(q.DeepCopy())
-		}
-	}
-	return largest
+	return policy.SiblingSize(pvc, siblings)
 }
 
 // templatePrefix returns "<template>-<statefulset>-" when a pod of a StatefulSet mounts the

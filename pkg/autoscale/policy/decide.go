@@ -26,9 +26,9 @@ type Input struct {
 	Settings Settings
 	// Stats is the kubelet's report for the volume, nil when it was not read this round.
 	Stats *VolumeStats
-	// SiblingMax is the largest request among the PVC's siblings (its StatefulSet's other
-	// replicas for the same template, or its pvc-autoresizer group), nil when none.
-	SiblingMax *resource.Quantity
+	// SiblingSize is SiblingSize of the PVC's siblings (its StatefulSet's other replicas of
+	// the same template, or its pvc-autoresizer group), nil when none counts.
+	SiblingSize *resource.Quantity
 	// Now is the time of the decision; Decide reads no clock.
 	Now time.Time
 }

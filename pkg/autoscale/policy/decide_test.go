@@ -66,7 +66,7 @@ func last(from, to string, reason Reason, ago time.Duration, fsBefore int64) opt
 }
 
 func sibling(size string) opt {
-	return func(w *world) { q := resource.MustParse(size); w.in.SiblingMax = &q }
+	return func(w *world) { q := resource.MustParse(size); w.in.SiblingSize = &q }
 }
 
 func phase(p v1.PersistentVolumeClaimPhase) opt {
@@ -182,13 +182,15 @@ func TestDecide(t *testing.T) {
 
 		// Siblings.
 		{"new replica raised to its siblings", []opt{sibling("20Gi")}, Resize, ReasonSiblings, "20Gi",
-			"=the largest request among its siblings is 20Gi, above its 10Gi: grow 10Gi -> 20Gi"},
+			"=a new replica: its siblings were grown to 20Gi, above its 10Gi: grow 10Gi -> 20Gi"},
 		{"siblings clamped to the limit", []opt{sibling("200Gi")}, Resize, ReasonSiblings, "100Gi", "(clamped to the limit"},
 		{"siblings off", []opt{ann(AnnSiblings, "false"), sibling("20Gi")}, Skip, SkipStatsMissing, "", ""},
 		{"siblings not larger", []opt{sibling("10Gi"), roomy}, Skip, SkipBelowThreshold, "", ""},
 		{"siblings larger than the step", []opt{sibling("20Gi"), full}, Resize, ReasonSiblings, "20Gi", ""},
 		{"step larger than the siblings", []opt{sibling("10752Mi"), full}, Resize, ReasonThresholdBytes, "11Gi", ""},
-		{"siblings in the cooldown", []opt{sibling("20Gi"), sizes("11Gi", "11Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, time.Minute, 9*gi), roomy}, Skip, SkipCooldown, "", "siblings"},
+		// A replica the autoscaler resized before is not new: only its own usage grows it.
+		{"resized before: siblings do not count", []opt{sibling("20Gi"), sizes("11Gi", "11Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, 2*time.Hour, 9*gi), fs(11*gi, 2*gi, 1000, 900)}, Skip, SkipBelowThreshold, "", ""},
+		{"resized before, full: its own step", []opt{sibling("20Gi"), sizes("11Gi", "11Gi"), last("10Gi", "11Gi", ReasonThresholdBytes, 2*time.Hour, 9*gi), fs(11*gi, gi/2, 1000, 900)}, Resize, ReasonThresholdBytes, "12391Mi", ""},
 		{"siblings while resizing", []opt{sibling("20Gi"), sizes("11Gi", "10Gi")}, Skip, SkipResizing, "", ""},
 		{"siblings at the limit", []opt{sibling("20Gi"), ann(AnnLimit, "10Gi")}, Skip, SkipAtLimit, "", "siblings"},
 

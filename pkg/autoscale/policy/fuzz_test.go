@@ -96,7 +96,7 @@ func (c fuzzCase) input(now time.Time) Input {
 	}
 	if c.sibling > 0 {
 		q := quantity(c.sibling)
-		in.SiblingMax = &q
+		in.SiblingSize = &q
 	}
 	return in
 }
@@ -192,8 +192,11 @@ func checkResizeReason(t *testing.T, in Input, v volume, d Decision) {
 			t.Fatalf("threshold-inodes without crossing it: %+v, threshold %s", st, s.InodesThreshold)
 		}
 	case ReasonSiblings:
-		if !s.Siblings || in.SiblingMax == nil || bytesOf(d.To) > bytesOf(*in.SiblingMax) {
-			t.Fatalf("siblings resize to %s, siblings on %v, largest %v", d.To.String(), s.Siblings, in.SiblingMax)
+		if !s.Siblings || in.SiblingSize == nil || bytesOf(d.To) > bytesOf(*in.SiblingSize) {
+			t.Fatalf("siblings resize to %s, siblings on %v, largest %v", d.To.String(), s.Siblings, in.SiblingSize)
+		}
+		if _, ok := in.PVC.Annotations[AnnLastResize]; ok {
+			t.Fatalf("siblings resize of a PVC the autoscaler resized before (not a new replica): %s", in.PVC.Annotations[AnnLastResize])
 		}
 	default:
 		t.Fatalf("resize for %q", d.Reason)
@@ -284,8 +287,8 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("enabled with invalid settings %+v", s)
 		}
 		q := resource.MustParse("1Gi")
-		d := Decide(Input{PVC: pvc, Settings: s, Stats: &VolumeStats{CapacityBytes: gi, AvailableBytes: 1}, SiblingMax: &q, Now: t0})
-		checkInvariants(t, Input{PVC: pvc, Settings: s, Stats: &VolumeStats{CapacityBytes: gi, AvailableBytes: 1}, SiblingMax: &q, Now: t0}, d)
+		d := Decide(Input{PVC: pvc, Settings: s, Stats: &VolumeStats{CapacityBytes: gi, AvailableBytes: 1}, SiblingSize: &q, Now: t0})
+		checkInvariants(t, Input{PVC: pvc, Settings: s, Stats: &VolumeStats{CapacityBytes: gi, AvailableBytes: 1}, SiblingSize: &q, Now: t0}, d)
 		if !ok && d.Reason != SkipBadSettings {
 			t.Fatalf("bad settings decided %s %s", d.Action, d.Reason)
 		}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // decideInfeasible handles a size the resizer gave up on. Only a request the autoscaler wrote
@@ -107,7 +106,7 @@ func decideGrowth(in Input, v volume, last *Record) Decision {
 	s := in.Settings
 	base := max(v.spec, v.capacity)
 	w, wanted := thresholdWant(s, in.Stats, base)
-	if sw, ok := siblingWant(s, in.SiblingMax, base); ok && (!wanted || sw.to > w.to) {
+	if sw, ok := siblingWant(s, in.SiblingSize, last, base); ok && (!wanted || sw.to > w.to) {
 		w, wanted = sw, true
 	}
 	if !wanted {
@@ -163,18 +162,6 @@ func thresholdWant(s Settings, st *VolumeStats, base int64) (want, bool) {
 		return want{to: to, reason: ReasonThresholdInodes, why: inodesWhy + " are below the threshold " + s.InodesThreshold.String()}, true
 	}
 	return want{why: why + ", " + inodesWhy + " are not below " + s.InodesThreshold.String()}, false
-}
-
-// siblingWant raises the PVC to the largest request among its siblings.
-func siblingWant(s Settings, sibling *resource.Quantity, base int64) (want, bool) {
-	if !s.Siblings || sibling == nil {
-		return want{}, false
-	}
-	m := bytesOf(*sibling)
-	if m <= base {
-		return want{}, false
-	}
-	return want{to: m, reason: ReasonSiblings, why: fmt.Sprintf("the largest request among its siblings is %s, above its %s", qstr(m), qstr(base))}, true
 }
 
 // effectiveLimit is the limit, lowered to the recovered size after a recovery.

@@ -160,7 +160,7 @@ type Settings struct {
 	// Cooldown is the least time between two resizes; ResizeWait bounds the wait for the file
 	// system to grow after one.
 	Cooldown, ResizeWait time.Duration
-	// Siblings: raise a PVC to the largest request of its siblings.
+	// Siblings: raise a new replica's PVC to the size its siblings were grown to (SiblingSize).
 	Siblings bool
 	// GroupBy is pvc-autoresizer's grouping label key, "" when unset: the caller takes the
 	// siblings from PVCs with the same value of this label.
