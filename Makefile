@@ -28,7 +28,7 @@ UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspat
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify verify-mod verify-code vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke bench-node manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath test-cluster check clean
+.PHONY: help build test test-fuzz verify verify-mod verify-code vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke bench-node bench-node-autoscalers manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath test-cluster check clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -147,6 +147,15 @@ BENCH_NODE_PVCS ?= 50
 bench-node: ## resize BENCH_NODE_PVCS (50) mounted PVCs on the one-node cluster with the product image and upstream v2.2.1 as csi-driver-host-path's csi-resizer; writes the "On the real node" section of docs/benchmarks.md and docs/benchmarks.json
 	bash hack/build-k8s-bins.sh >/dev/null
 	BENCH_NODE=1 BENCH_NODE_PVCS=$(BENCH_NODE_PVCS) $(GO) test -tags integration -count=1 -timeout 60m -run '^$$' -bench '^BenchmarkRealNode$$' -benchtime 1x ./test/bench/ $(BENCHFLAGS)
+
+# volume-autoscaler against topolvm/pvc-autoresizer v0.21.0 (../shared/anchors, its own chart, with
+# the Prometheus it needs) on the same fills (docs/benchmarks.md, "volume-autoscaler and
+# pvc-autoresizer on the real node"). Root; a one-node cluster of its own.
+BENCH_AUTOSCALERS_CYCLES ?= 5
+bench-node-autoscalers: ## volume-autoscaler and pvc-autoresizer v0.21.0 + Prometheus side by side on the one-node cluster: time from crossing the threshold to the new request, CPU and memory of everything each needs; writes bin/bench-node-autoscalers.md
+	mkdir -p bin
+	BENCH_AUTOSCALERS=1 BENCH_AUTOSCALERS_CYCLES=$(BENCH_AUTOSCALERS_CYCLES) BENCH_AUTOSCALERS_OUT=$(CURDIR)/bin/bench-node-autoscalers.md \
+		RUN='^TestAutoscalersSideBySide$$' bash hack/cluster/test.sh
 
 manifests-render: ## kustomize-render and check every deploy/ base, without a cluster
 	bash hack/manifests-check.sh

@@ -259,19 +259,17 @@ func (a *autoscaleEnv) steps(t *testing.T) {
 // shipped Deployment mounts from kube-root-ca.crt: --kubelet-certificate-authority as shipped.
 func installAutoscaler(t *testing.T, c *Cluster) {
 	t.Helper()
-	dir := productOverlay(t, c, "volume-autoscaler", autoscalerNS, fmt.Sprintf(`patches:
-- target: {kind: Deployment, name: volume-autoscaler}
-  patch: |-
-    - op: add
-      path: /spec/template/spec/containers/0/args/-
-      value: --interval=5s
-    - op: add
-      path: /spec/template/spec/containers/0/args/-
-      value: --cooldown=%s
-    - op: add
-      path: /spec/template/spec/containers/0/args/-
-      value: --v=4
-`, autoscaleCooldown))
+	installAutoscalerWith(t, c, "--interval=5s", "--cooldown="+autoscaleCooldown.String(), "--v=4")
+}
+
+// installAutoscalerWith is installAutoscaler with args appended to the shipped ones.
+func installAutoscalerWith(t *testing.T, c *Cluster, args ...string) {
+	t.Helper()
+	patch := "patches:\n- target: {kind: Deployment, name: volume-autoscaler}\n  patch: |-\n"
+	for _, arg := range args {
+		patch += fmt.Sprintf("    - {op: add, path: /spec/template/spec/containers/0/args/-, value: %q}\n", arg)
+	}
+	dir := productOverlay(t, c, "volume-autoscaler", autoscalerNS, patch)
 	if _, err := c.Kubectl(t, "create", "namespace", autoscalerNS); err != nil {
 		t.Fatal(err)
 	}
@@ -533,18 +531,7 @@ func (a *autoscaleEnv) df(t *testing.T, pod string) fsUsage {
 // the file system as it is after.
 func (a *autoscaleEnv) fill(t *testing.T, pod, file string) fsUsage {
 	t.Helper()
-	u := a.df(t, pod)
-	mi := (u.avail - u.capacity*15/100) >> 20
-	if mi <= 0 {
-		t.Fatalf("%s: nothing to fill, %+v", pod, u)
-	}
-	if out, err := a.c.Kubectl(t, "-n", a.ns, "exec", pod, "--", "sh", "-c",
-		fmt.Sprintf("dd if=/dev/zero of=/data/%s bs=1M count=%d 2>&1 && sync", file, mi)); err != nil {
-		t.Fatalf("dd in %s: %v\n%s", pod, err, out)
-	}
-	after := a.df(t, pod)
-	t.Logf("dd wrote %dMi to /data/%s: free %d of %d bytes (%.1f%%)", mi, file, after.avail, after.capacity,
-		100*float64(after.avail)/float64(after.capacity))
+	after, _ := a.fillTo(t, pod, file, 15, ddFill)
 	return after
 }
 

@@ -150,6 +150,16 @@ const (
 // operator's StatefulSet runs them under these names, with imagePullPolicy Never.
 func promImportImages(t *testing.T, c *Cluster, promBin, reloaderBin string) {
 	t.Helper()
+	importBinaryImage(t, c, promImage, promBin, "/bin/prometheus", "hack/build-prometheus.sh")
+	importBinaryImage(t, c, promReloaderImage, reloaderBin, "/bin/prometheus-config-reloader", "hack/build-prometheus-operator.sh")
+}
+
+// importBinaryImage assembles an image of one static binary at path (run as 65534, /tmp, the
+// binary as entrypoint, no base) under tag, and imports it into the node's containerd, where
+// pods run it with imagePullPolicy Never. from says where the binary comes from (the layer's
+// history).
+func importBinaryImage(t *testing.T, c *Cluster, tag, bin, path, from string) {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -161,22 +171,17 @@ func promImportImages(t *testing.T, c *Cluster, promBin, reloaderBin string) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build test/images/cmd/assemble-image: %v\n%s", err, out)
 	}
-	for _, img := range []struct{ tag, bin, path string }{
-		{promImage, promBin, "/bin/prometheus"},
-		{promReloaderImage, reloaderBin, "/bin/prometheus-config-reloader"},
-	} {
-		tar := filepath.Join(dir, filepath.Base(img.path)+".tar")
-		out, err := exec.Command(filepath.Join(dir, "assemble-image"), "--tag", img.tag, "--out", tar,
-			"--user", "65534:65534", "--entrypoint", fmt.Sprintf("[%q]", img.path),
-			"--layer", "COPY "+filepath.Base(img.path)+" (hack/build-prometheus*.sh)",
-			"--file", img.path+"="+img.bin+",mode=0755", "--dir", "/tmp,mode=1777").CombinedOutput()
-		if err != nil {
-			t.Fatalf("assemble %s: %v\n%s", img.tag, err, out)
-		}
-		if out, err := c.InNode(t, c.env["CTR"], "--address", c.env["CONTAINERD_SOCK"], "-n", "k8s.io", "images", "import",
-			"--snapshotter", c.env["SNAPSHOTTER"], "--local", tar); err != nil {
-			t.Fatalf("import %s: %v\n%s", img.tag, err, out)
-		}
+	tar := filepath.Join(dir, filepath.Base(path)+".tar")
+	out, err := exec.Command(filepath.Join(dir, "assemble-image"), "--tag", tag, "--out", tar,
+		"--user", "65534:65534", "--entrypoint", fmt.Sprintf("[%q]", path),
+		"--layer", "COPY "+filepath.Base(path)+" ("+from+")",
+		"--file", path+"="+bin+",mode=0755", "--dir", "/tmp,mode=1777").CombinedOutput()
+	if err != nil {
+		t.Fatalf("assemble %s: %v\n%s", tag, err, out)
+	}
+	if out, err := c.InNode(t, c.env["CTR"], "--address", c.env["CONTAINERD_SOCK"], "-n", "k8s.io", "images", "import",
+		"--snapshotter", c.env["SNAPSHOTTER"], "--local", tar); err != nil {
+		t.Fatalf("import %s: %v\n%s", tag, err, out)
 	}
 }
 
