@@ -53,7 +53,8 @@ const (
 // ext4: ext4's online resize needs CAP_SYS_RESOURCE, which this machine withholds from root). A pod's
 // volume filled by dd past the threshold is grown by the step; the next step waits for the file
 // system to grow, then for the cooldown, and is clamped to the limit; at the limit the autoscaler
-// warns. The ServiceAccount reads nodes/stats and is refused nodes/proxy.
+// warns. Before that, on the nearly empty file system, the inode threshold (the XFS's inode cap
+// lowered for it). The ServiceAccount reads nodes/stats and is refused nodes/proxy.
 func TestVolumeAutoscaler(t *testing.T) {
 	c := clusterFor(t)
 	begin := time.Now()
@@ -73,6 +74,12 @@ func TestVolumeAutoscaler(t *testing.T) {
 	// The class first: its cleanup runs after the namespace's (whose PVs the driver deletes).
 	createAutoscaleClass(t, c)
 	a := &autoscaleEnv{scenarioEnv: scenarioEnv{c: c, ns: scenarioNamespace(t, c, "autoscale"), ctx: context.Background()}, fs: fs}
+	// First, while the file system is nearly empty: its free bytes stay far above their threshold.
+	t.Run("InodeThreshold", func(t *testing.T) {
+		begin := time.Now()
+		a.inodeThreshold(t)
+		t.Logf("inode threshold crossed and the PVC grown in %s", time.Since(begin).Round(time.Second))
+	})
 	begin = time.Now()
 	a.steps(t)
 	t.Logf("fill, resize, wait for the file system, cooldown, clamp and limit in %s", time.Since(begin).Round(time.Second))
@@ -141,6 +148,55 @@ func (a *autoscaleEnv) infeasible(t *testing.T) {
 	a.waitPolls(t, 3)
 	if got := a.get(t, pvc); !storageIs(got.Spec.Resources.Requests, "301Mi") {
 		t.Errorf("PVC %s: request %s after the recovery, want 301Mi (no retry)", pvc, got.Spec.Resources.Requests.Storage())
+	}
+}
+
+// inodeThreshold crosses the inode threshold with the free bytes far above theirs. XFS allocates
+// inodes on demand, but caps the space they may take at imaxpct of the file system, and statfs'
+// f_files (the kubelet's inodes) is bounded by that cap: lowered to 1% for this subtest (about
+// 6,000 inodes on 300Mi), a pod's empty files bring the free inodes just below the PVC's own
+// threshold (pvc-autoresizer's inodes-threshold, 50%; the other PVCs on this file system come
+// later, with the default 10%). The PVC is grown by the step with reason threshold-inodes, and
+// the event's inode numbers are df -i's in the pod. Cleanup deletes the pod and the PVC and puts
+// the cap back, so that steps finds the file system as the test made it.
+func (a *autoscaleEnv) inodeThreshold(t *testing.T) {
+	const pvc, pod = "inodes", "inode-writer"
+	resizes := `volume_autoscaler_resizes_total{reason="threshold-inodes"} `
+	was := a.fs.setInodeCap(t, a.c, 1)
+	t.Cleanup(func() {
+		a.deletePodAndPVC(t, pod, pvc)
+		a.fs.setInodeCap(t, a.c, was)
+	})
+	p := hostpathPVC(a.ns, pvc, "300Mi")
+	p.Spec.StorageClassName = ptrTo(autoscaleClass)
+	p.Annotations = map[string]string{policy.TopoLVMStorageLimit: "400Mi", policy.TopoLVMInodesThreshold: "50%"}
+	if _, err := a.c.Client.CoreV1().PersistentVolumeClaims(a.ns).Create(a.ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.podWithClaim(t, pod, pvc)
+	before := a.metric(t, resizes)
+
+	st := a.fillInodes(t, pod)
+	space := a.df(t, pod)
+	if space.avail*4 <= space.capacity {
+		t.Fatalf("free bytes %d of %d are below the threshold 25%%: the bytes would be the reason", space.avail, space.capacity)
+	}
+	p = a.waitPVC(t, pvc, 90*time.Second, "request 364Mi", func(p *corev1.PersistentVolumeClaim) bool {
+		return storageIs(p.Spec.Resources.Requests, "364Mi")
+	})
+	if r, problem := policy.ParseRecord(p); r == nil || r.Reason != policy.ReasonThresholdInodes ||
+		r.From.String() != "300Mi" || r.To.String() != "364Mi" {
+		t.Errorf("PVC %s: record %q (%v), want 300Mi -> 364Mi, reason %s", pvc, p.Annotations[policy.AnnLastResize], problem, policy.ReasonThresholdInodes)
+	} else if r.FSCapacity != space.capacity {
+		t.Errorf("PVC %s: record's fsCapacity %d, the XFS's capacity (statfs) %d", pvc, r.FSCapacity, space.capacity)
+	}
+	ev := a.waitEvent(t, pvc, "VolumeAutoscaled", "300Mi -> 364Mi (threshold-inodes)")
+	if !strings.Contains(ev.Message, "free inodes") || !strings.Contains(ev.Message, "are below the threshold 50%") {
+		t.Errorf("event does not say the free inodes are below their threshold 50%%: %s", ev.Message)
+	}
+	a.checkInodes(t, ev, st)
+	if after := a.metric(t, resizes); after != before+1 {
+		t.Errorf("%s went %v -> %v, want +1", strings.TrimSpace(resizes), before, after)
 	}
 }
 
@@ -416,6 +472,24 @@ func (fs *dataFS) grow(t *testing.T, c *Cluster, sizeMi int) {
 	t.Logf("XFS of %s grown to %dMi", hostpathDataDir, sizeMi)
 }
 
+var imaxpctRE = regexp.MustCompile(`imaxpct=(\d+)`)
+
+// setInodeCap sets the XFS's imaxpct, the percent of its space that inodes may take, with
+// xfs_growfs -m (online, no data growth), and returns the one it had. statfs' f_files, which the
+// kubelet reports as the volume's inodes, is at most that share of the blocks in inodes.
+func (fs *dataFS) setInodeCap(t *testing.T, c *Cluster, pct int) int {
+	t.Helper()
+	out, err := c.InNode(t, "sh", "-c", fmt.Sprintf("set -e; xfs_info %[1]s; xfs_growfs -m %[2]d %[1]s 2>&1 | grep -i 'max percent' || true",
+		hostpathDataDir, pct))
+	m := imaxpctRE.FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("setting the inode cap (imaxpct) of the XFS of %s to %d%%: %v\n%s", hostpathDataDir, pct, err, out)
+	}
+	was, _ := strconv.Atoi(m[1])
+	t.Logf("XFS of %s: imaxpct %d%% -> %d%%", hostpathDataDir, was, pct)
+	return was
+}
+
 // restartHostpathPod deletes the driver's pod and waits for its StatefulSet's new one to be
 // ready and for our resizer in it to lead.
 func restartHostpathPod(t *testing.T, c *Cluster) {
@@ -527,6 +601,53 @@ func (a *autoscaleEnv) df(t *testing.T, pod string) fsUsage {
 	return u
 }
 
+// inodeUsage is the file system's inodes as statfs shows them in the pod (df -i): Inodes is
+// f_files, the kubelet's inodes, Available f_ffree, its inodesFree.
+type inodeUsage struct{ total, used, free int64 }
+
+func (a *autoscaleEnv) dfInodes(t *testing.T, pod string) inodeUsage {
+	t.Helper()
+	out, err := a.c.Kubectl(t, "-n", a.ns, "exec", pod, "--", "df", "-i", "/data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Inodes Used Available Use% Mounted-on end the last line (a long device name has a line of
+	// its own).
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	f := strings.Fields(lines[len(lines)-1])
+	if len(f) < 5 {
+		t.Fatalf("df -i /data in %s: %q", pod, out)
+	}
+	var u inodeUsage
+	for i, p := range []*int64{&u.total, &u.used, &u.free} {
+		if *p, err = strconv.ParseInt(f[len(f)-5+i], 10, 64); err != nil {
+			t.Fatalf("df -i /data in %s: %q", pod, out)
+		}
+	}
+	return u
+}
+
+// fillInodes creates empty files until the free inodes are 16 below half of them (threshold
+// 50%), and returns the inodes as they are after. The count crosses the threshold only with the
+// last 16 files of one touch, so the kubelet's stats (statfs every 10s) taken during the touch
+// are either above the threshold (no resize) or those of the end, which the event must show.
+func (a *autoscaleEnv) fillInodes(t *testing.T, pod string) inodeUsage {
+	t.Helper()
+	u := a.dfInodes(t, pod)
+	n := u.free - (u.total/2 - 16)
+	if n <= 0 || u.total > 100000 {
+		t.Fatalf("%s: df -i %+v: want a few thousand inodes, mostly free (is the inode cap set?)", pod, u)
+	}
+	if out, err := a.c.Kubectl(t, "-n", a.ns, "exec", pod, "--", "sh", "-c",
+		fmt.Sprintf("mkdir /data/many && cd /data/many && touch $(seq %d) && sync", n)); err != nil {
+		t.Fatalf("creating %d files in %s: %v\n%s", n, pod, err, out)
+	}
+	after := a.dfInodes(t, pod)
+	t.Logf("%d empty files in /data/many: free inodes %d of %d (%.1f%%), before %+v", n, after.free, after.total,
+		100*float64(after.free)/float64(after.total), u)
+	return after
+}
+
 // fill writes a file with dd until 15% of the file system is free (threshold 25%), and returns
 // the file system as it is after.
 func (a *autoscaleEnv) fill(t *testing.T, pod, file string) fsUsage {
@@ -567,6 +688,36 @@ func (a *autoscaleEnv) checkUsage(t *testing.T, ev *corev1.Event, st fsUsage) {
 	capacity, _ := strconv.ParseInt(m[3], 10, 64)
 	if capacity != st.capacity || free*4 >= capacity || math.Abs(float64(free-st.avail)) > 0.02*float64(capacity) {
 		t.Errorf("event's usage free %d of %d; df after the dd: free %d of %d: %s", free, capacity, st.avail, st.capacity, ev.Message)
+	}
+}
+
+var inodesRE = regexp.MustCompile(`inodes used (\d+), free (\d+) of (\d+)`)
+
+// checkInodes checks the VolumeAutoscaled event's inodes are df -i's after the files were
+// created: nothing else creates files on the file system meanwhile.
+func (a *autoscaleEnv) checkInodes(t *testing.T, ev *corev1.Event, st inodeUsage) {
+	t.Helper()
+	m := inodesRE.FindStringSubmatch(ev.Message)
+	if m == nil {
+		t.Errorf("event %s has no inode usage: %s", ev.Reason, ev.Message)
+		return
+	}
+	var got inodeUsage
+	for i, p := range []*int64{&got.used, &got.free, &got.total} {
+		*p, _ = strconv.ParseInt(m[i+1], 10, 64)
+	}
+	if got != st {
+		t.Errorf("event's inodes used %d, free %d of %d; df -i after the files: used %d, free %d of %d: %s",
+			got.used, got.free, got.total, st.used, st.free, st.total, ev.Message)
+	}
+}
+
+// deletePodAndPVC deletes a pod and its PVC and waits until the PVC is gone (its PV, deleted
+// by the driver, may take longer).
+func (a *autoscaleEnv) deletePodAndPVC(t *testing.T, pod, pvc string) {
+	t.Helper()
+	if _, err := a.c.Kubectl(t, "-n", a.ns, "delete", "pod/"+pod, "pvc/"+pvc, "--ignore-not-found", "--wait", "--timeout=90s"); err != nil {
+		t.Errorf("deleting pod %s and PVC %s: %v", pod, pvc, err)
 	}
 }
 
