@@ -48,7 +48,7 @@ mebibytes() { [[ "$1" =~ ^[1-9][0-9]*$ ]] || die "$2 must be a whole number of M
 restart_driver() {
   local old now deadline=$((SECONDS + 180))
   old=$(kubectl get pod "$DRIVER_POD" -o jsonpath='{.metadata.uid}')
-  log "restarting $DRIVER_POD so that it mounts the new $DATA_DIR"
+  log "restarting $DRIVER_POD so that it mounts $DATA_DIR as it is now"
   kubectl delete pod "$DRIVER_POD" --wait=true --timeout=90s >/dev/null
   while :; do
     now=$(kubectl get pod "$DRIVER_POD" -o jsonpath='{.metadata.uid} {.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
@@ -62,7 +62,7 @@ create() {
   local size=$1 dev
   mebibytes "$size" SIZE_MI
   # mkfs.xfs (xfsprogs 5.19 and later) refuses file systems under 300 MB.
-  ((size >= 300)) || die "SIZE_MI=$size: mkfs.xfs makes no XFS under 300MB; give at least 300"
+  ((size >= 300)) || die "SIZE_MI=$size: give at least 300 (mkfs.xfs refuses file systems under 300MB)"
   kubectl get pod "$DRIVER_POD" >/dev/null 2>&1 || die "no pod $DRIVER_POD: run make cluster-deploy-hostpath first"
   mounted && die "$DATA_DIR already has a file system of its own: grow it (GROW_MI=...) or remove it (REMOVE=1) first"
   [[ -z "$(loop_dev)" ]] || die "$IMAGE is still on $(loop_dev) but not mounted: losetup -d $(loop_dev)"
