@@ -28,7 +28,7 @@ UPSTREAM_RESIZER ?= $(if $(wildcard ../shared/anchors/external-resizer),$(abspat
 
 COMMANDS := $(notdir $(wildcard cmd/*))
 
-.PHONY: help build test test-fuzz verify verify-mod verify-code vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke bench-node bench-node-autoscalers manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath test-cluster check clean
+.PHONY: help build test test-fuzz verify verify-mod verify-code vulncheck check-rules test-integration test-e2e test-e2e-hostpath soak soak-ci demo bench bench-smoke bench-node bench-node-autoscalers manifests-render manifests-check helm-check lint-dockerfile image cluster cluster-down cluster-images cluster-deploy-hostpath test-cluster check clean cluster-hostpath-small-fs
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -189,6 +189,12 @@ test-cluster: ## the test/cluster suite on a one-node cluster it starts and remo
 
 cluster-deploy-hostpath: ## deploy csi-driver-host-path on the running cluster with its own kubernetes-1.34 manifests and RBAC, and a StorageClass csi-hostpath-sc
 	bash hack/cluster/deploy-hostpath.sh
+
+SIZE_MI ?= 300
+cluster-hostpath-small-fs: ## give csi-driver-host-path's data directory a small XFS of its own so volumes can fill (SIZE_MI=300), grow it as a node expansion would (GROW_MI=364), or remove it (REMOVE=1)
+	@if [ -n '$(GROW_MI)' ]; then bash hack/cluster/hostpath-small-fs.sh --grow '$(GROW_MI)'; \
+	elif [ -n '$(REMOVE)' ]; then bash hack/cluster/hostpath-small-fs.sh --remove; \
+	else bash hack/cluster/hostpath-small-fs.sh '$(SIZE_MI)'; fi
 
 # Kubernetes' own storage e2e tests (docs/k8s-e2e.md) on a one-node cluster of their own, with our
 # csi-resizer and upstream's. Root.

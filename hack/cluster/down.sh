@@ -72,7 +72,10 @@ if [[ -n "$pids" ]]; then
   fi
 fi
 
-# Loop devices whose backing file is the cluster's (block volumes of csi-driver-host-path).
+# Loop devices whose backing file is the cluster's (block volumes of csi-driver-host-path, the
+# data directory's file system of hostpath-small-fs.sh). `losetup -d` of one still mounted in
+# the node's mount namespace only marks it: the kernel detaches it when the unmount of the
+# namespace file below ends that namespace and with it the mount.
 while read -r dev file; do
   if [[ "$file" == "$CLUSTER_DIR"/* ]]; then
     log "detaching $dev ($file)"

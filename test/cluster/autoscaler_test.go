@@ -11,6 +11,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -27,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/csi-resizer/csi-resizer/pkg/autoscale/policy"
-	"github.com/csi-resizer/csi-resizer/test/framework"
 )
 
 const (
@@ -418,56 +418,39 @@ type dataFS struct {
 	image, dev string
 }
 
-// mountHostpathDataFS makes an XFS of sizeMi MiB in an image file of the cluster's directory
-// (down.sh detaches its loop device if the test cannot), copies the data directory's contents
-// (the driver's state) into it, mounts it over the directory in the node's mount namespace and
-// restarts the driver's pod, whose hostPath mount (private propagation) sees only what was
-// mounted before it started. Cleanup copies the contents back onto the directory, unmounts,
-// detaches, and restarts the pod again (before useOurResizer's cleanup replaces it).
+// mountHostpathDataFS gives the driver's data directory an XFS of sizeMi MiB with
+// hack/cluster/hostpath-small-fs.sh, the script of `make cluster-hostpath-small-fs` that the
+// README's walk-through runs: an image file of the cluster's directory (down.sh detaches its loop
+// device if the test cannot) on a loop device, the directory's contents (the driver's state)
+// copied in, mounted over the directory in the node's mount namespace, and the driver's pod
+// restarted (its hostPath mount, private propagation, sees only what was mounted before it
+// started). Cleanup (the script's --remove) copies the contents back, unmounts, detaches and
+// restarts the pod again, before useOurResizer's cleanup replaces it.
 func mountHostpathDataFS(t *testing.T, c *Cluster, sizeMi int) *dataFS {
 	t.Helper()
-	fs := &dataFS{image: filepath.Join(c.Dir, "autoscaler-data.img")}
-	tmp := filepath.Join(c.Dir, "autoscaler-data.mnt")
-	script := fmt.Sprintf(`set -e
-rm -f %[1]s; truncate -s %[2]dM %[1]s
-mkfs.xfs -q -f %[1]s
-dev=$(losetup -f --show %[1]s)
-mkdir -p %[3]s %[4]s
-mount "$dev" %[3]s
-cp -a %[4]s/. %[3]s/
-umount %[3]s; rmdir %[3]s
-mount "$dev" %[4]s
-echo "$dev"`, fs.image, sizeMi, tmp, hostpathDataDir)
-	out, err := c.InNode(t, "sh", "-c", script)
-	if err != nil {
-		t.Fatalf("loop-mounted XFS on %s: %v\n%s", hostpathDataDir, err, out)
-	}
-	lines := strings.Fields(out)
-	fs.dev = lines[len(lines)-1]
+	// Registered first: --remove also undoes a half-done mount, and does nothing without one.
 	t.Cleanup(func() {
-		undo := fmt.Sprintf(`set -e
-save=%[3]s.save; rm -rf "$save"; mkdir -p "$save"
-cp -a %[2]s/. "$save"/
-umount %[2]s
-losetup -d %[1]s
-rm -rf %[2]s/*; cp -a "$save"/. %[2]s/; rm -rf "$save" %[4]s`, fs.dev, hostpathDataDir, tmp, fs.image)
-		if out, err := c.InNode(t, "sh", "-c", undo); err != nil {
-			t.Errorf("removing the XFS of %s: %v\n%s", hostpathDataDir, err, out)
+		if _, err := hostpathSmallFS(c, "--remove"); err != nil {
+			t.Errorf("removing the XFS of %s: %v", hostpathDataDir, err)
 		}
-		restartHostpathPod(t, c)
 	})
-	restartHostpathPod(t, c)
+	if _, err := hostpathSmallFS(c, strconv.Itoa(sizeMi)); err != nil {
+		t.Fatalf("loop-mounted XFS on %s: %v", hostpathDataDir, err)
+	}
+	fs := &dataFS{image: filepath.Join(c.Dir, "hostpath-data.img")}
+	out, err := exec.Command("losetup", "-n", "-O", "NAME", "-j", fs.image).Output()
+	if fs.dev = strings.TrimSpace(string(out)); err != nil || fs.dev == "" {
+		t.Fatalf("no loop device of %s after hack/cluster/hostpath-small-fs.sh: %v", fs.image, err)
+	}
 	return fs
 }
 
-// grow grows the image to sizeMi MiB and the mounted XFS with it, as a block driver's
-// NodeExpandVolume does after the controller grew the device.
+// grow grows the image to sizeMi MiB and the mounted XFS with it (the script's --grow), as a
+// block driver's NodeExpandVolume does after the controller grew the device.
 func (fs *dataFS) grow(t *testing.T, c *Cluster, sizeMi int) {
 	t.Helper()
-	out, err := c.InNode(t, "sh", "-c", fmt.Sprintf("set -e; truncate -s %dM %s; losetup -c %s; xfs_growfs %s 2>&1",
-		sizeMi, fs.image, fs.dev, hostpathDataDir))
-	if err != nil {
-		t.Fatalf("growing the XFS of %s to %dMi: %v\n%s", hostpathDataDir, sizeMi, err, out)
+	if _, err := hostpathSmallFS(c, "--grow", strconv.Itoa(sizeMi)); err != nil {
+		t.Fatalf("growing the XFS of %s to %dMi: %v", hostpathDataDir, sizeMi, err)
 	}
 	t.Logf("XFS of %s grown to %dMi", hostpathDataDir, sizeMi)
 }
@@ -488,37 +471,6 @@ func (fs *dataFS) setInodeCap(t *testing.T, c *Cluster, pct int) int {
 	was, _ := strconv.Atoi(m[1])
 	t.Logf("XFS of %s: imaxpct %d%% -> %d%%", hostpathDataDir, was, pct)
 	return was
-}
-
-// restartHostpathPod deletes the driver's pod and waits for its StatefulSet's new one to be
-// ready and for our resizer in it to lead.
-func restartHostpathPod(t *testing.T, c *Cluster) {
-	t.Helper()
-	pods := c.Client.CoreV1().Pods("default")
-	old, err := pods.Get(context.Background(), "csi-hostpathplugin-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Kubectl(t, "delete", "pod", "csi-hostpathplugin-0", "--wait=true", "--timeout=90s"); err != nil {
-		t.Fatal(err)
-	}
-	// The StatefulSet controller creates the successor some time after the delete: until then
-	// there is no pod of that name to wait on (kubectl wait fails at once on NotFound).
-	framework.Eventually(t, 2*time.Minute, func() (bool, string) {
-		p, err := pods.Get(context.Background(), "csi-hostpathplugin-0", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if p.UID == old.UID {
-			return false, "the old pod is still there"
-		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return true, ""
-			}
-		}
-		return false, "the new pod is not Ready yet"
-	})
 }
 
 // autoscaleEnv is a scenario namespace with the data directory's file system.
