@@ -479,17 +479,24 @@ type autoscaleEnv struct {
 	fs *dataFS
 }
 
-// createClass creates the opted-in StorageClass (deleted at the end): threshold 25% of the file
-// system, step 64Mi (minimum step 1Mi instead of the default 1Gi).
+// createAutoscaleClass creates the opted-in StorageClass (deleted at the end): threshold 25% of
+// the file system, step 64Mi (minimum step 1Mi instead of the default 1Gi).
 func createAutoscaleClass(t *testing.T, c *Cluster) {
 	t.Helper()
+	createHostpathClass(t, c, autoscaleClass, map[string]string{
+		policy.TopoLVMEnabled: "true",
+		policy.AnnThreshold:   "25%",
+		policy.AnnIncrease:    "64Mi",
+		policy.AnnMinIncrease: "1Mi",
+	})
+}
+
+// createHostpathClass creates an expandable StorageClass of csi-driver-host-path with the
+// annotations, and deletes it at the end of the test.
+func createHostpathClass(t *testing.T, c *Cluster, name string, annotations map[string]string) {
+	t.Helper()
 	sc := &storagev1.StorageClass{
-		ObjectMeta: metav1.ObjectMeta{Name: autoscaleClass, Annotations: map[string]string{
-			policy.TopoLVMEnabled: "true",
-			policy.AnnThreshold:   "25%",
-			policy.AnnIncrease:    "64Mi",
-			policy.AnnMinIncrease: "1Mi",
-		}},
+		ObjectMeta:           metav1.ObjectMeta{Name: name, Annotations: annotations},
 		Provisioner:          "hostpath.csi.k8s.io",
 		ReclaimPolicy:        ptrTo(corev1.PersistentVolumeReclaimDelete),
 		VolumeBindingMode:    ptrTo(storagev1.VolumeBindingImmediate),
@@ -499,7 +506,7 @@ func createAutoscaleClass(t *testing.T, c *Cluster) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := c.Client.StorageV1().StorageClasses().Delete(context.Background(), autoscaleClass, metav1.DeleteOptions{}); err != nil {
+		if err := c.Client.StorageV1().StorageClasses().Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 			t.Error(err)
 		}
 	})
@@ -535,22 +542,30 @@ type fsUsage struct{ capacity, used, avail int64 }
 
 func (a *autoscaleEnv) df(t *testing.T, pod string) fsUsage {
 	t.Helper()
-	out, err := a.c.Kubectl(t, "-n", a.ns, "exec", pod, "--", "df", "-B1", "/data")
+	n := a.dfNumbers(t, pod, "-B1")
+	return fsUsage{capacity: n[0], used: n[1], avail: n[2]}
+}
+
+// dfNumbers runs df with flag (-B1, -i) on /data in the pod and returns the three numbers of its
+// last line: size, used and available, in bytes or inodes. They are counted from the line's end
+// (then Use% and the mount point): a long device name puts them on a line of their own.
+func (a *autoscaleEnv) dfNumbers(t *testing.T, pod, flag string) (n [3]int64) {
+	t.Helper()
+	out, err := a.c.Kubectl(t, "-n", a.ns, "exec", pod, "--", "df", flag, "/data")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	f := strings.Fields(lines[len(lines)-1])
-	if len(f) < 4 {
-		t.Fatalf("df -B1 /data in %s: %q", pod, out)
+	if len(f) < 5 {
+		t.Fatalf("df %s /data in %s: %q", flag, pod, out)
 	}
-	var u fsUsage
-	for i, p := range []*int64{&u.capacity, &u.used, &u.avail} {
-		if *p, err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
-			t.Fatalf("df -B1 /data in %s: %q", pod, out)
+	for i := range n {
+		if n[i], err = strconv.ParseInt(f[len(f)-5+i], 10, 64); err != nil {
+			t.Fatalf("df %s /data in %s: %q", flag, pod, out)
 		}
 	}
-	return u
+	return n
 }
 
 // inodeUsage is the file system's inodes as statfs shows them in the pod (df -i): Inodes is
@@ -559,24 +574,8 @@ type inodeUsage struct{ total, used, free int64 }
 
 func (a *autoscaleEnv) dfInodes(t *testing.T, pod string) inodeUsage {
 	t.Helper()
-	out, err := a.c.Kubectl(t, "-n", a.ns, "exec", pod, "--", "df", "-i", "/data")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Inodes Used Available Use% Mounted-on end the last line (a long device name has a line of
-	// its own).
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	f := strings.Fields(lines[len(lines)-1])
-	if len(f) < 5 {
-		t.Fatalf("df -i /data in %s: %q", pod, out)
-	}
-	var u inodeUsage
-	for i, p := range []*int64{&u.total, &u.used, &u.free} {
-		if *p, err = strconv.ParseInt(f[len(f)-5+i], 10, 64); err != nil {
-			t.Fatalf("df -i /data in %s: %q", pod, out)
-		}
-	}
-	return u
+	n := a.dfNumbers(t, pod, "-i")
+	return inodeUsage{total: n[0], used: n[1], free: n[2]}
 }
 
 // fillInodes creates empty files until the free inodes are 16 below half of them (threshold

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -45,7 +44,8 @@ func TestAutoscalersSideBySide(t *testing.T) {
 	deployHostpathOnce(t, c)
 	useOurResizer(t, c)
 	fs := mountHostpathDataFS(t, c, 300)
-	createSideBySideClass(t, c)
+	// Opted in by pvc-autoresizer's key; the policy is on the PVCs, in its keys (measure).
+	createHostpathClass(t, c, sbsClass, map[string]string{policy.TopoLVMEnabled: "true"})
 	var runs []sbsRun
 	sizeMi := 300
 	for _, tool := range []sbsTool{sbsVolumeAutoscaler(), sbsPVCAutoresizer()} {
@@ -127,27 +127,6 @@ func sbsPVCAutoresizer() sbsTool {
 		return []sbsContainer{{sbsPromNS, "app=prometheus", "prometheus"},
 			{pvcAutoresizerNS, "app.kubernetes.io/name=pvc-autoresizer", "pvc-autoresizer"}}
 	}}
-}
-
-// createSideBySideClass makes the StorageClass both act on: pvc-autoresizer's opt-in only,
-// the policy on the PVCs in pvc-autoresizer's keys (createSBSClaim).
-func createSideBySideClass(t *testing.T, c *Cluster) {
-	t.Helper()
-	sc := &storagev1.StorageClass{
-		ObjectMeta:           metav1.ObjectMeta{Name: sbsClass, Annotations: map[string]string{policy.TopoLVMEnabled: "true"}},
-		Provisioner:          "hostpath.csi.k8s.io",
-		ReclaimPolicy:        ptrTo(corev1.PersistentVolumeReclaimDelete),
-		VolumeBindingMode:    ptrTo(storagev1.VolumeBindingImmediate),
-		AllowVolumeExpansion: ptrTo(true),
-	}
-	if _, err := c.Client.StorageV1().StorageClasses().Create(context.Background(), sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Client.StorageV1().StorageClasses().Delete(context.Background(), sbsClass, metav1.DeleteOptions{}); err != nil {
-			t.Error(err)
-		}
-	})
 }
 
 // measure runs the cycles on a PVC of its own: fill past the threshold, time until the request
