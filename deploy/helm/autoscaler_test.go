@@ -128,21 +128,7 @@ func TestAutoscalerChartMatchesKustomizeBaseObjects(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("the chart renders %v, the kustomize base has %v", got, want)
 	}
-	for _, b := range baseObjs {
-		c := find(t, objs, b.Kind, b.Metadata.Name)
-		for k, v := range b.Metadata.Labels {
-			if c.Metadata.Labels[k] != v {
-				t.Errorf("%s: label %s=%q, the kustomize base has %q", c.key(), k, c.Metadata.Labels[k], v)
-			}
-		}
-		if c.Metadata.Labels["app.kubernetes.io/part-of"] != "csi-resizer" {
-			t.Errorf("%s: no label app.kubernetes.io/part-of=csi-resizer (the kustomization adds it)", c.key())
-		}
-		clusterScoped := c.Kind == "ClusterRole" || c.Kind == "ClusterRoleBinding"
-		if !clusterScoped && c.Metadata.Namespace != namespace {
-			t.Errorf("%s: namespace %q, want the release namespace %q", c.key(), c.Metadata.Namespace, namespace)
-		}
-	}
+	checkBaseMetadata(t, objs, baseObjs)
 
 	var bd, cd appsv1.Deployment
 	decode(t, find(t, baseObjs, "Deployment", autoscalerRelease), &bd)
@@ -199,14 +185,7 @@ func TestAutoscalerChartMatchesKustomizeBaseObjects(t *testing.T) {
 
 func autoscalerDeployment(t *testing.T, objs []object) appsv1.Deployment {
 	t.Helper()
-	var ds []appsv1.Deployment
-	for _, o := range objs {
-		if o.Kind == "Deployment" {
-			var d appsv1.Deployment
-			decode(t, o, &d)
-			ds = append(ds, d)
-		}
-	}
+	ds := decodeKind[appsv1.Deployment](t, objs, "Deployment")
 	if len(ds) != 1 {
 		t.Fatalf("%d Deployments rendered, want 1", len(ds))
 	}
@@ -374,14 +353,7 @@ func TestAutoscalerChartServiceMonitorSelectsService(t *testing.T) {
 	}
 	for _, set := range [][]string{nil, {"fullnameOverride=va", "metrics.port=9090"}} {
 		objs := renderAutoscaler(t, set...)
-		var services []corev1.Service
-		for _, o := range objs {
-			if o.Kind == "Service" {
-				var s corev1.Service
-				decode(t, o, &s)
-				services = append(services, s)
-			}
-		}
+		services := decodeKind[corev1.Service](t, objs, "Service")
 		if len(services) != 1 {
 			t.Fatalf("--set %v: %d Services, want the metrics Service", set, len(services))
 		}

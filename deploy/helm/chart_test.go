@@ -225,6 +225,42 @@ func find(t *testing.T, objs []object, kind, name string) object {
 	return object{}
 }
 
+// checkBaseMetadata checks each object of a kustomize base against the chart's of the same kind
+// and name: the base's labels, the kustomization's part-of label, the release namespace for
+// namespaced kinds.
+func checkBaseMetadata(t *testing.T, objs, baseObjs []object) {
+	t.Helper()
+	for _, b := range baseObjs {
+		c := find(t, objs, b.Kind, b.Metadata.Name)
+		for k, v := range b.Metadata.Labels {
+			if c.Metadata.Labels[k] != v {
+				t.Errorf("%s: label %s=%q, the kustomize base has %q", c.key(), k, c.Metadata.Labels[k], v)
+			}
+		}
+		if c.Metadata.Labels["app.kubernetes.io/part-of"] != "csi-resizer" {
+			t.Errorf("%s: no label app.kubernetes.io/part-of=csi-resizer (the kustomization adds it)", c.key())
+		}
+		clusterScoped := c.Kind == "ClusterRole" || c.Kind == "ClusterRoleBinding" || c.Kind == "MutatingWebhookConfiguration"
+		if !clusterScoped && c.Metadata.Namespace != namespace {
+			t.Errorf("%s: namespace %q, want the release namespace %q", c.key(), c.Metadata.Namespace, namespace)
+		}
+	}
+}
+
+// decodeKind decodes every rendered object of a kind.
+func decodeKind[T any](t *testing.T, objs []object, kind string) []T {
+	t.Helper()
+	var out []T
+	for _, o := range objs {
+		if o.Kind == kind {
+			var v T
+			decode(t, o, &v)
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 func decode(t *testing.T, o object, into any) {
 	t.Helper()
 	if err := yaml.UnmarshalStrict(o.doc, into); err != nil {
@@ -416,21 +452,7 @@ func checkBindings(t *testing.T, objs []object, created []string, saFor func(rol
 func TestChartMatchesKustomizeBaseObjects(t *testing.T) {
 	helmBinary(t) // skips, or fails under CI=true, without helm
 	objs := render(t)
-	for _, b := range baseObjects(t) {
-		c := find(t, objs, b.Kind, b.Metadata.Name)
-		for k, v := range b.Metadata.Labels {
-			if c.Metadata.Labels[k] != v {
-				t.Errorf("%s: label %s=%q, the kustomize base has %q", c.key(), k, c.Metadata.Labels[k], v)
-			}
-		}
-		if c.Metadata.Labels["app.kubernetes.io/part-of"] != "csi-resizer" {
-			t.Errorf("%s: no label app.kubernetes.io/part-of=csi-resizer (the kustomization adds it)", c.key())
-		}
-		clusterScoped := c.Kind == "ClusterRole" || c.Kind == "ClusterRoleBinding" || c.Kind == "MutatingWebhookConfiguration"
-		if !clusterScoped && c.Metadata.Namespace != namespace {
-			t.Errorf("%s: namespace %q, want the release namespace %q", c.key(), c.Metadata.Namespace, namespace)
-		}
-	}
+	checkBaseMetadata(t, objs, baseObjects(t))
 
 	for _, name := range []string{controllerDeployment, webhookDeployment} {
 		compareDeployment(t, name, objs)
