@@ -21,14 +21,17 @@ func SiblingSize(pvc *v1.PersistentVolumeClaim, siblings []*v1.PersistentVolumeC
 			continue
 		}
 		request, ok := s.Spec.Resources.Requests[v1.ResourceStorage]
-		r, problem := ParseRecord(s)
-		if !ok || r == nil || problem != nil || r.To.Cmp(request) != 0 || created.Before(r.Time) {
+		// A size not above the best so far cannot change the answer: no record to parse (a
+		// sync of every replica of a large StatefulSet walks its grown siblings).
+		if !ok || (largest != nil && request.Cmp(*largest) <= 0) {
 			continue
 		}
-		if largest == nil || request.Cmp(*largest) > 0 {
-			q := request.DeepCopy()
-			largest = &q
+		r, problem := ParseRecord(s)
+		if r == nil || problem != nil || r.To.Cmp(request) != 0 || created.Before(r.Time) {
+			continue
 		}
+		q := request.DeepCopy()
+		largest = &q
 	}
 	return largest
 }
