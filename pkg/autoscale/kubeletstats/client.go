@@ -194,6 +194,11 @@ func (c *Client) get(parent context.Context, node, addr, token string) ([]byte, 
 		return nil, c.transportError(parent, node, addr, err)
 	}
 	defer resp.Body.Close()
+	if ctx.Err() != nil {
+		// An answer that raced our deadline may be the server's reaction to our giving up
+		// (net/http uses a response that arrives while it closes the connection): not a summary.
+		return nil, c.transportError(parent, node, addr, ctx.Err())
+	}
 	if resp.StatusCode != http.StatusOK {
 		// Only the start of an error body is kept: it is for the message.
 		head, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -262,8 +262,10 @@ func TestSummaryOtherStatusAndDecode(t *testing.T) {
 	wantError(t, err, ReasonStatus, "node node-a", "HTTP 500", "failed to get node info")
 }
 
-// hangingKubelet is a kubelet that accepts requests and never answers them. entered gets a
-// value for each request that reached the handler.
+// hangingKubelet is a kubelet that accepts requests and answers (an empty 200) only once the
+// client has gone away; under load net/http can hand that answer to the client that gave up
+// (CI saw it: Decode instead of Timeout). entered gets a value for each request that reached
+// the handler.
 func hangingKubelet(t *testing.T, ca *testCA) (port int32, entered chan struct{}) {
 	release := make(chan struct{})
 	entered = make(chan struct{}, 10)
