@@ -111,6 +111,8 @@ type AutoscalerScaleRun struct {
 	ReactP95Seconds  float64        `json:"reactP95Seconds"`
 	ReactMaxSeconds  float64        `json:"reactMaxSeconds"`
 	ReactAPIRequests map[string]int `json:"reactApiRequests"`
+	// PVCWrites: writes of PVC objects from the fill to two poll rounds after the last patch.
+	PVCWrites int `json:"pvcWrites"`
 	// AuthChecks: TokenReview + SubjectAccessReview pairs the stand-ins made (one per node).
 	AuthChecks   int     `json:"authChecks"`
 	TotalSeconds float64 `json:"totalSeconds"`
@@ -166,7 +168,8 @@ func measureAutoscalerScale(b *testing.B, cfg scaleConfig) AutoscalerScaleRun {
 	waitRounds(1, 10*time.Minute)
 	run.FirstRoundSeconds = seconds(time.Since(started))
 	steadyWindow(b, ctx, cluster, p, f, cfg, polls, waitRounds, &run)
-	react(b, ctx, cluster, client, ns, f, cfg, &run)
+	beforeFill := react(b, ctx, cluster, client, ns, f, cfg, &run)
+	checkOneWritePerCrossing(b, ctx, cluster, beforeFill, polls, waitRounds, cfg, &run)
 	if refused := f.refusedCount(); refused > 0 {
 		b.Errorf("the stats servers refused %d requests, e.g. %s", refused, f.firstRefusal())
 	}
@@ -221,8 +224,8 @@ func steadyWindow(b *testing.B, ctx context.Context, cluster *framework.Cluster,
 }
 
 // react makes cfg.fill PVCs (spread over the nodes) cross their threshold at once and times
-// each one's request patch, from a watch.
-func react(b *testing.B, ctx context.Context, cluster *framework.Cluster, client kubernetes.Interface, ns string, f *fleet, cfg scaleConfig, run *AutoscalerScaleRun) {
+// each one's request patch, from a watch. It returns the apiserver's counts from before the fill.
+func react(b *testing.B, ctx context.Context, cluster *framework.Cluster, client kubernetes.Interface, ns string, f *fleet, cfg scaleConfig, run *AutoscalerScaleRun) apiCounts {
 	list, err := client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		b.Fatal(err)
@@ -260,6 +263,31 @@ func react(b *testing.B, ctx context.Context, cluster *framework.Cluster, client
 			run.ReactAPIRequests[k.Verb+" "+k.Resource+" "+k.Code] += int(v + 0.5)
 		}
 	}
+	return api0
+}
+
+// checkOneWritePerCrossing waits two more poll rounds (every PVC is synced again after each)
+// and checks that the autoscaler wrote only the PVCs that crossed their threshold: every replica
+// existed before its siblings grew, so none is raised for them.
+func checkOneWritePerCrossing(b *testing.B, ctx context.Context, cluster *framework.Cluster, before apiCounts,
+	polls func() (float64, float64), waitRounds func(float64, time.Duration), cfg scaleConfig, run *AutoscalerScaleRun) {
+	c, _ := polls()
+	waitRounds(c+2, 4*cfg.interval+5*time.Minute)
+	run.PVCWrites = pvcWrites(scrapeAPIServer(b, ctx, cluster).minus(before))
+	if run.PVCWrites != run.Reacted {
+		b.Errorf("%d PVC writes from %d replicas crossing their threshold to two poll rounds later, want one each", run.PVCWrites, run.Reacted)
+	}
+}
+
+// pvcWrites counts the writes of PVC objects (not their status) in c.
+func pvcWrites(c apiCounts) int {
+	n := 0
+	for k, v := range c {
+		if k.Resource == "persistentvolumeclaims" && k.Subresource == "" && writeVerbs[k.Verb] {
+			n += int(v + 0.5)
+		}
+	}
+	return n
 }
 
 // watchPatches returns, for each PVC in want whose request moves off from, the time from t0
@@ -291,7 +319,13 @@ func watchPatches(w kwatch.Interface, want map[string]bool, from resource.Quanti
 
 var scaleSize = resource.MustParse("10Gi")
 
-func scaleClaim(i int) string { return fmt.Sprintf("data-%05d", i) }
+// The PVCs and pods are the replicas of one StatefulSet "web" with the volume claim template
+// "data", named as the StatefulSet controller names them (the pods are created with web as
+// their controller, createPodsPlaced): every sync of a replica that never grew looks up its
+// grown siblings (policy.SiblingSize), the autoscaler's most expensive path.
+const scaleStatefulSet = "web"
+
+func scaleClaim(i int) string { return fmt.Sprintf("data-%s-%d", scaleStatefulSet, i) }
 func scaleNode(i int) string  { return fmt.Sprintf("sim-node-%04d", i) }
 
 // createScaleObjects makes the opted-in StorageClass (limit 100Gi), the nodes (one per stats
@@ -314,12 +348,12 @@ func createScaleObjects(b *testing.B, ctx context.Context, client kubernetes.Int
 	for i := range claims {
 		claims[i] = scaleClaim(i)
 		k := f.kubelets[i%len(f.kubelets)]
-		k.pods = append(k.pods, simPod{pod: fmt.Sprintf("app-%d", i), claim: claims[i]})
+		k.pods = append(k.pods, simPod{pod: fmt.Sprintf("%s-%d", scaleStatefulSet, i), claim: claims[i]})
 	}
 	if err := parallel(pvcs, bulkConcurrency, func(i int) error { return createBoundPVC(ctx, client, ns, claims[i], class) }); err != nil {
 		b.Fatal(err)
 	}
-	if err := createPodsPlaced(ctx, client, ns, claims, func(i int) string { return scaleNode(i % len(f.kubelets)) }, "app"); err != nil {
+	if err := createPodsPlaced(ctx, client, ns, claims, func(i int) string { return scaleNode(i % len(f.kubelets)) }, scaleStatefulSet); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -574,7 +608,7 @@ func (k *simKubelet) authorize(r *http.Request) error {
 func autoscalerScaleMarkdown(runs []AutoscalerScaleRun, meta Meta) string {
 	var b strings.Builder
 	b.WriteString("\n### volume-autoscaler at scale\n\n")
-	fmt.Fprintf(&b, "`go test -tags integration -run '^$' -bench BenchmarkVolumeAutoscalerScale -benchtime 1x ./test/bench/` (smoke: %v). The volume-autoscaler binary runs as the shipped ServiceAccount against a real kube-apiserver + etcd. Each simulated node is a plain Node object (Ready, address 127.0.0.1, `daemonEndpoints` port of its own TLS stats server; no kube-controller-manager runs, so no heartbeat is needed; kwok is not on the module proxy this project uses). Each stats server is one listener and `http.Server` in the benchmark process serving `/stats/summary` for the pods placed on its node, and authorizes like the kubelet (TokenReview, then SubjectAccessReview nodes/stats get) once per token, then from its cache, as the kubelet's webhook caches do. One bound PVC (10Gi, no PV object: the autoscaler reads none) and one running pod per PVC, pod i on node i mod nodes, all at 50%% free; the StorageClass is opted in with a 100Gi limit. The steady window is the poll rounds after the first, with nothing to resize; requests are the apiserver's `apiserver_request_total` over it on the resources the autoscaler uses (the benchmark makes none there in the window), per minute. Reaction: K PVCs (every (PVCs/K)-th, on several nodes) are reported 5%% free at once, right after a round was seen done; the time until a watch sees each request patched.\n\n", meta.Smoke)
+	fmt.Fprintf(&b, "`go test -tags integration -run '^$' -bench BenchmarkVolumeAutoscalerScale -benchtime 1x ./test/bench/` (smoke: %v). The volume-autoscaler binary runs as the shipped ServiceAccount against a real kube-apiserver + etcd. Each simulated node is a plain Node object (Ready, address 127.0.0.1, `daemonEndpoints` port of its own TLS stats server; no kube-controller-manager runs, so no heartbeat is needed; kwok is not on the module proxy this project uses). Each stats server is one listener and `http.Server` in the benchmark process serving `/stats/summary` for the pods placed on its node, and authorizes like the kubelet (TokenReview, then SubjectAccessReview nodes/stats get) once per token, then from its cache, as the kubelet's webhook caches do. One bound PVC (10Gi, no PV object: the autoscaler reads none) and one running pod per PVC, pod i on node i mod nodes, all at 50%% free; they are the replicas of one StatefulSet (PVC `data-web-<i>`, pod `web-<i>` with the StatefulSet `web` as its controller), so every sync of a replica that never grew looks up its grown siblings; the StorageClass is opted in with a 100Gi limit. The steady window is the poll rounds after the first, with nothing to resize; requests are the apiserver's `apiserver_request_total` over it on the resources the autoscaler uses (the benchmark makes none there in the window), per minute. Reaction: K PVCs (every (PVCs/K)-th, on several nodes) are reported 5%% free at once, right after a round was seen done; the time until a watch sees each request patched, and the PVC patches the autoscaler made (one per crossing: the other replicas existed before their siblings grew, so none is raised for them).\n\n", meta.Smoke)
 	b.WriteString("| nodes | PVCs | --interval | kubelet req/min | API req/min | CPU s/min | RSS / peak | heap in use | poll round (mean) | first round | K | react p50 / p95 / max | setup | run |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		fmt.Fprintf(&b, "| %d | %d | %.0fs | %.0f | %.1f | %.3f | %.1f / %.1f MiB | %.1f MiB | %.2f s | %.1f s | %d of %d | %.1f / %.1f / %.1f s | %.0f s | %.0f s |\n",
@@ -584,8 +618,8 @@ func autoscalerScaleMarkdown(runs []AutoscalerScaleRun, meta Meta) string {
 	}
 	b.WriteString("\n")
 	for _, r := range runs {
-		fmt.Fprintf(&b, "- %d nodes: steady window %.0f s (%d rounds, --kubelet-concurrency %s); API requests per minute by verb: %s; writes in the reaction window: %s; stand-in auth checks (TokenReview + SubjectAccessReview, once per node): %d; apiserver background in the steady window (not counted): %s.\n",
-			r.Nodes, r.WindowSeconds, r.Rounds, r.Concurrency, orNone(kv(r.APIPerMinute)), orNone(kv(r.ReactAPIRequests)), r.AuthChecks, orNone(kv(r.Background)))
+		fmt.Fprintf(&b, "- %d nodes: steady window %.0f s (%d rounds, --kubelet-concurrency %s); API requests per minute by verb: %s; writes in the reaction window: %s; PVC writes from the fill to two rounds after the last patch: %d; stand-in auth checks (TokenReview + SubjectAccessReview, once per node): %d; apiserver background in the steady window (not counted): %s.\n",
+			r.Nodes, r.WindowSeconds, r.Rounds, r.Concurrency, orNone(kv(r.APIPerMinute)), orNone(kv(r.ReactAPIRequests)), r.PVCWrites, r.AuthChecks, orNone(kv(r.Background)))
 	}
 	b.WriteString("\nThe volumes cross their threshold just after a round, so each waits about one full --interval for the next (the worst phase; a volume crossing at a random moment waits half of it on average), then that round's reads, then its patch: the K patches queue behind the autoscaler's client-side rate limit (--kube-api-qps 5, --kube-api-burst 10 by default), about (K − 10) / 5 s for the last. CPU is the process's user+system time over the steady window; the machine is shared (see the load average above), so CPU and times are upper bounds.\n")
 	return b.String()
