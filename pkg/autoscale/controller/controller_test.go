@@ -343,13 +343,12 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	want := `
-# HELP volume_autoscaler_pvc_above_threshold [ALPHA] 1 when an autoscaled PVC's free bytes or inodes were below its threshold in the last round, else 0.
+# HELP volume_autoscaler_pvc_above_threshold [ALPHA] 1 while an autoscaled PVC's free bytes or inodes were below its threshold in the last round that read it; no series otherwise.
 # TYPE volume_autoscaler_pvc_above_threshold gauge
 volume_autoscaler_pvc_above_threshold{namespace="ns",persistentvolumeclaim="data"} 1
 volume_autoscaler_pvc_above_threshold{namespace="ns",persistentvolumeclaim="full"} 1
-# HELP volume_autoscaler_pvc_at_limit [ALPHA] 1 when an autoscaled PVC is at its limit while a resize is wanted (the volume will fill), else 0.
+# HELP volume_autoscaler_pvc_at_limit [ALPHA] 1 while an autoscaled PVC is at its limit and a resize is wanted (the volume will fill); no series otherwise.
 # TYPE volume_autoscaler_pvc_at_limit gauge
-volume_autoscaler_pvc_at_limit{namespace="ns",persistentvolumeclaim="data"} 0
 volume_autoscaler_pvc_at_limit{namespace="ns",persistentvolumeclaim="full"} 1
 # HELP volume_autoscaler_resizes_total [ALPHA] PVC requests changed by volume-autoscaler, by reason: threshold-bytes, threshold-inodes, siblings, recover.
 # TYPE volume_autoscaler_resizes_total counter
@@ -385,11 +384,11 @@ volume_autoscaler_stats_read_errors_total{node="n2",reason="Timeout"} 1
 		t.Fatal(err)
 	}
 	want = `
-# HELP volume_autoscaler_pvc_at_limit [ALPHA] 1 when an autoscaled PVC is at its limit while a resize is wanted (the volume will fill), else 0.
-# TYPE volume_autoscaler_pvc_at_limit gauge
-volume_autoscaler_pvc_at_limit{namespace="ns",persistentvolumeclaim="data"} 0
+# HELP volume_autoscaler_pvc_above_threshold [ALPHA] 1 while an autoscaled PVC's free bytes or inodes were below its threshold in the last round that read it; no series otherwise.
+# TYPE volume_autoscaler_pvc_above_threshold gauge
+volume_autoscaler_pvc_above_threshold{namespace="ns",persistentvolumeclaim="data"} 1
 `
-	if err := testutil.GatherAndCompare(h.registry, strings.NewReader(want), "volume_autoscaler_pvc_at_limit"); err != nil {
+	if err := testutil.GatherAndCompare(h.registry, strings.NewReader(want), "volume_autoscaler_pvc_above_threshold", "volume_autoscaler_pvc_at_limit"); err != nil {
 		t.Error(err)
 	}
 }

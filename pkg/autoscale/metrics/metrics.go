@@ -77,9 +77,9 @@ func New() *Metrics {
 		readErrors: counter("stats_read_errors_total",
 			"Failed reads of a kubelet's /stats/summary, by node and reason (NoEndpoint, Unauthorized, Forbidden, TLS, Timeout, Refused, ...).", "node", "reason"),
 		atLimit: gauge("pvc_at_limit",
-			"1 when an autoscaled PVC is at its limit while a resize is wanted (the volume will fill), else 0.", "namespace", "persistentvolumeclaim"),
+			"1 while an autoscaled PVC is at its limit and a resize is wanted (the volume will fill); no series otherwise.", "namespace", "persistentvolumeclaim"),
 		aboveThreshold: gauge("pvc_above_threshold",
-			"1 when an autoscaled PVC's free bytes or inodes were below its threshold in the last round, else 0.", "namespace", "persistentvolumeclaim"),
+			"1 while an autoscaled PVC's free bytes or inodes were below its threshold in the last round that read it; no series otherwise.", "namespace", "persistentvolumeclaim"),
 		pollDuration: histogram("poll_duration_seconds",
 			"Time of one poll round: reading every kubelet that runs a pod mounting an autoscaled PVC."),
 		nodes: map[string]bool{},
@@ -150,26 +150,29 @@ func (m *Metrics) KeepNodes(read map[string]bool) {
 	}
 }
 
-// SetAtLimit sets the at-limit gauge of an autoscaled PVC.
+// SetAtLimit sets the at-limit gauge of an autoscaled PVC. The per-PVC gauges exist only
+// while they are 1: a series of 0 for every healthy PVC would make each scrape grow with the
+// PVCs (2 MB and 0.1 CPU s per scrape at 10,000 PVCs, docs/benchmarks.md) for no alert's use.
 func (m *Metrics) SetAtLimit(namespace, name string, atLimit bool) {
-	m.atLimit.WithLabelValues(namespace, name).Set(b2f(atLimit))
+	setOrDelete(m.atLimit, atLimit, namespace, name)
 }
 
 // SetAboveThreshold sets the above-threshold gauge of an autoscaled PVC; it is set only on a
 // round whose stats were read, never guessed.
 func (m *Metrics) SetAboveThreshold(namespace, name string, above bool) {
-	m.aboveThreshold.WithLabelValues(namespace, name).Set(b2f(above))
+	setOrDelete(m.aboveThreshold, above, namespace, name)
+}
+
+func setOrDelete(g *metrics.GaugeVec, on bool, labels ...string) {
+	if on {
+		g.WithLabelValues(labels...).Set(1)
+		return
+	}
+	g.DeleteLabelValues(labels...)
 }
 
 // ForgetPVC deletes the per-PVC series of a PVC that is gone or no longer autoscaled.
 func (m *Metrics) ForgetPVC(namespace, name string) {
 	m.atLimit.DeleteLabelValues(namespace, name)
 	m.aboveThreshold.DeleteLabelValues(namespace, name)
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -73,3 +73,31 @@ volume_autoscaler_resizes_total{reason="threshold-inodes"} 0
 		t.Error(err)
 	}
 }
+
+// TestPVCSeriesOnlyWhileOne: a healthy PVC has no per-PVC series, so a scrape does not grow
+// with the PVCs autoscaled; a PVC back under its threshold or off its limit loses its series.
+func TestPVCSeriesOnlyWhileOne(t *testing.T) {
+	m := New()
+	r := metrics.NewKubeRegistry()
+	if err := m.Register(r.Register); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"healthy", "filling", "full", "emptied"} {
+		m.SetAtLimit("ns", name, name == "full" || name == "emptied")
+		m.SetAboveThreshold("ns", name, name != "healthy")
+	}
+	m.SetAtLimit("ns", "emptied", false) // its limit was raised
+	m.SetAboveThreshold("ns", "emptied", false)
+	want := `
+# HELP volume_autoscaler_pvc_above_threshold [ALPHA] 1 while an autoscaled PVC's free bytes or inodes were below its threshold in the last round that read it; no series otherwise.
+# TYPE volume_autoscaler_pvc_above_threshold gauge
+volume_autoscaler_pvc_above_threshold{namespace="ns",persistentvolumeclaim="filling"} 1
+volume_autoscaler_pvc_above_threshold{namespace="ns",persistentvolumeclaim="full"} 1
+# HELP volume_autoscaler_pvc_at_limit [ALPHA] 1 while an autoscaled PVC is at its limit and a resize is wanted (the volume will fill); no series otherwise.
+# TYPE volume_autoscaler_pvc_at_limit gauge
+volume_autoscaler_pvc_at_limit{namespace="ns",persistentvolumeclaim="full"} 1
+`
+	if err := testutil.GatherAndCompare(r, strings.NewReader(want), "volume_autoscaler_pvc_above_threshold", "volume_autoscaler_pvc_at_limit"); err != nil {
+		t.Error(err)
+	}
+}
