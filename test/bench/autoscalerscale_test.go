@@ -103,6 +103,9 @@ type AutoscalerScaleRun struct {
 	RSSBytes                 int64          `json:"rssBytes"`
 	PeakRSSBytes             int64          `json:"peakRssBytes"`
 	HeapInuseBytes           int64          `json:"heapInuseBytes"`
+	// MetricsBytes: one scrape of its /metrics (text format) at the end of the window. The
+	// harness scrapes once a second to see rounds end; that cost is in CPUSecondsPerMinute.
+	MetricsBytes int `json:"metricsBytes"`
 	// Reaction: Fill PVCs cross their threshold at once (in the stand-ins' answers); seconds
 	// until each one's request is patched.
 	Fill             int            `json:"fill"`
@@ -218,6 +221,7 @@ func steadyWindow(b *testing.B, ctx context.Context, cluster *framework.Cluster,
 	run.RSSBytes, run.PeakRSSBytes = rss, hwm
 	body := scenario.Scrape(b, p)
 	run.HeapInuseBytes = int64(scenario.MetricValue(body, "go_memstats_heap_inuse_bytes"))
+	run.MetricsBytes = len(body)
 	if n := scenario.MetricValue(body, "volume_autoscaler_pvc_patches_total"); n != 0 {
 		b.Errorf("volume-autoscaler patched %v PVCs with every volume below its threshold", n)
 	}
@@ -618,8 +622,8 @@ func autoscalerScaleMarkdown(runs []AutoscalerScaleRun, meta Meta) string {
 	}
 	b.WriteString("\n")
 	for _, r := range runs {
-		fmt.Fprintf(&b, "- %d nodes: steady window %.0f s (%d rounds, --kubelet-concurrency %s); API requests per minute by verb: %s; writes in the reaction window: %s; PVC writes from the fill to two rounds after the last patch: %d; stand-in auth checks (TokenReview + SubjectAccessReview, once per node): %d; apiserver background in the steady window (not counted): %s.\n",
-			r.Nodes, r.WindowSeconds, r.Rounds, r.Concurrency, orNone(kv(r.APIPerMinute)), orNone(kv(r.ReactAPIRequests)), r.PVCWrites, r.AuthChecks, orNone(kv(r.Background)))
+		fmt.Fprintf(&b, "- %d nodes: steady window %.0f s (%d rounds, --kubelet-concurrency %s); API requests per minute by verb: %s; writes in the reaction window: %s; PVC writes from the fill to two rounds after the last patch: %d; one /metrics scrape: %.0f KiB (the harness scrapes once a second to see rounds end, in the CPU figure); stand-in auth checks (TokenReview + SubjectAccessReview, once per node): %d; apiserver background in the steady window (not counted): %s.\n",
+			r.Nodes, r.WindowSeconds, r.Rounds, r.Concurrency, orNone(kv(r.APIPerMinute)), orNone(kv(r.ReactAPIRequests)), r.PVCWrites, float64(r.MetricsBytes)/1024, r.AuthChecks, orNone(kv(r.Background)))
 	}
 	b.WriteString("\nThe volumes cross their threshold just after a round, so each waits about one full --interval for the next (the worst phase; a volume crossing at a random moment waits half of it on average), then that round's reads, then its patch: the K patches queue behind the autoscaler's client-side rate limit (--kube-api-qps 5, --kube-api-burst 10 by default), about (K − 10) / 5 s for the last. CPU is the process's user+system time over the steady window; the machine is shared (see the load average above), so CPU and times are upper bounds.\n")
 	return b.String()
