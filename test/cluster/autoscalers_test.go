@@ -161,8 +161,8 @@ func (a *sbsEnv) measure(t *testing.T, tool sbsTool, containers []sbsContainer, 
 }
 
 // cycle fills the volume past its threshold and times its new request from when fallocate returned;
-// then, once the resize is done, it frees the space and grows the file system to the request,
-// as a block driver's node expansion would, and waits until the tool can see that. extra counts
+// then, once the resize is done, it frees the space and grows the file system by the step, as a
+// block driver's node expansion would, and waits until the tool can see that. extra counts
 // the request changes besides the one timed (a second step on the same fill).
 func (a *sbsEnv) cycle(t *testing.T, tool sbsTool, pvc string, n int) (reaction time.Duration, extra int) {
 	t.Helper()
@@ -191,9 +191,12 @@ func (a *sbsEnv) cycle(t *testing.T, tool sbsTool, pvc string, n int) (reaction 
 		t.Logf("%s: fill %d: a second step before the file system grew: %s -> %s", tool.name, n, to.String(), now.String())
 		extra++
 	}
-	if mi := int(now.Value() >> 20); mi > a.sizeMi {
-		a.fs.grow(t, a.c, mi)
-		a.sizeMi = mi
+	// Grown by the step, as a block driver's node expansion grows a volume's own file system:
+	// the XFS is shared, and after the first tool's run it is larger than the second tool's
+	// PVC, which both tools must see grow (each waits for the file system after a resize).
+	if step := int((now.Value() - before.Value()) >> 20); step > 0 {
+		a.sizeMi += step
+		a.fs.grow(t, a.c, a.sizeMi)
 	}
 	a.settled(t, tool, pvc)
 	if last := a.get(t, pvc).Spec.Resources.Requests.Storage(); last.Cmp(now) != 0 {
