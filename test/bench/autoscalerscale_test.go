@@ -323,13 +323,11 @@ func watchPatches(w kwatch.Interface, want map[string]bool, from resource.Quanti
 
 var scaleSize = resource.MustParse("10Gi")
 
-// The PVCs and pods are the replicas of one StatefulSet "web" with the volume claim template
-// "data", named as the StatefulSet controller names them (the pods are created with web as
-// their controller, createPodsPlaced): every sync of a replica that never grew looks up its
-// grown siblings (policy.SiblingSize), the autoscaler's most expensive path.
-const scaleStatefulSet = "web"
-
-func scaleClaim(i int) string { return fmt.Sprintf("data-%s-%d", scaleStatefulSet, i) }
+// The PVCs and pods are the replicas of benchStatefulSet (createPodsPlaced makes it the pods'
+// controller) with the volume claim template "data", named as the StatefulSet controller names
+// them: every sync of a replica that never grew looks up its grown siblings
+// (policy.SiblingSize), the autoscaler's most expensive path.
+func scaleClaim(i int) string { return fmt.Sprintf("data-%s-%d", benchStatefulSet, i) }
 func scaleNode(i int) string  { return fmt.Sprintf("sim-node-%04d", i) }
 
 // createScaleObjects makes the opted-in StorageClass (limit 100Gi), the nodes (one per stats
@@ -352,12 +350,12 @@ func createScaleObjects(b *testing.B, ctx context.Context, client kubernetes.Int
 	for i := range claims {
 		claims[i] = scaleClaim(i)
 		k := f.kubelets[i%len(f.kubelets)]
-		k.pods = append(k.pods, simPod{pod: fmt.Sprintf("%s-%d", scaleStatefulSet, i), claim: claims[i]})
+		k.pods = append(k.pods, simPod{pod: fmt.Sprintf("%s-%d", benchStatefulSet, i), claim: claims[i]})
 	}
 	if err := parallel(pvcs, bulkConcurrency, func(i int) error { return createBoundPVC(ctx, client, ns, claims[i], class) }); err != nil {
 		b.Fatal(err)
 	}
-	if err := createPodsPlaced(ctx, client, ns, claims, func(i int) string { return scaleNode(i % len(f.kubelets)) }, scaleStatefulSet); err != nil {
+	if err := createPodsPlaced(ctx, client, ns, claims, func(i int) string { return scaleNode(i % len(f.kubelets)) }, benchStatefulSet); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -209,6 +209,9 @@ func createPodsNamed(ctx context.Context, client kubernetes.Interface, ns string
 	return createPodsPlaced(ctx, client, ns, claims, func(int) string { return node }, prefix)
 }
 
+// benchStatefulSet is the StatefulSet every benchmark pod names as its controller.
+const benchStatefulSet = "web"
+
 // createPodsPlaced is createPodsNamed with the i-th pod on node nodeOf(i).
 func createPodsPlaced(ctx context.Context, client kubernetes.Interface, ns string, claims []string, nodeOf func(i int) string, prefix string) error {
 	setUID := types.UID(uuid())
@@ -222,7 +225,7 @@ func createPodsPlaced(ctx context.Context, client kubernetes.Interface, ns strin
 					"statefulset.kubernetes.io/pod-name": name, "apps.kubernetes.io/pod-index": strconv.Itoa(i),
 				},
 				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: setUID,
+					APIVersion: "apps/v1", Kind: "StatefulSet", Name: benchStatefulSet, UID: setUID,
 					Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
 				}},
 			},
